@@ -1,0 +1,148 @@
+"""LockEngine: acquire, renew and release locks in Redis, one Lua script call each."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+
+import redis
+
+__all__ = ["AcquireResult", "AcquireStatus", "Lease", "LockEngine", "RenewReport"]
+
+
+def _load_script(name: str) -> str:
+    return resources.files(__package__).joinpath("lua").joinpath(name).read_text(encoding="utf-8")
+
+
+# Read once per process; each engine registers them on its client (EVALSHA, NOSCRIPT fallback).
+_ACQUIRE = _load_script("acquire.lua")
+_RELEASE = _load_script("release.lua")
+_RENEW = _load_script("renew.lua")
+
+
+class AcquireStatus(enum.IntEnum):
+    """How a successful acquire got the lock; the values are the script's return codes."""
+
+    TAKEN = 1
+    REENTERED = 2
+    TAKEN_OVER = 3
+
+
+@dataclass(frozen=True)
+class AcquireResult:
+    """Outcome of one acquire: ``status`` is None when ``holder`` (someone else) has the lock."""
+
+    status: AcquireStatus | None
+    holder: str
+
+    @property
+    def acquired(self) -> bool:
+        return self.status is not None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A lock this process holds: what the renewal timer needs to keep it alive."""
+
+    key: str
+    holder: str
+    ttl_ms: int
+
+
+@dataclass
+class RenewReport:
+    """Per-key outcome of a batch renewal."""
+
+    renewed: list[Lease] = field(default_factory=list)
+    #: were gone (expired, Redis restarted) and free: taken back for their holder
+    retaken: list[Lease] = field(default_factory=list)
+    #: held by another holder now: (lease, that holder's id)
+    stolen: list[tuple[Lease, str]] = field(default_factory=list)
+
+    def merge(self, other: RenewReport) -> None:
+        self.renewed += other.renewed
+        self.retaken += other.retaken
+        self.stolen += other.stolen
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+class LockEngine:
+    """The Redis side of a lock: every operation is one script call, so one round trip.
+
+    The engine owns no state about who holds what: holders are ids chosen by the caller,
+    compared server-side, so any thread or process can renew or release a lock it knows the
+    holder id of.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._acquire = client.register_script(_ACQUIRE)
+        self._release = client.register_script(_RELEASE)
+        self._renew = client.register_script(_RENEW)
+
+    def acquire(self, key: str, holder: str, ttl_ms: int, handover: str | None = None) -> AcquireResult:
+        """Take ``key`` for ``holder``, re-enter it if ``holder`` has it, or take it over from
+        ``handover`` (an id a previous holder left for this one); else report the holder."""
+        reply = self._acquire(keys=[key], args=[holder, _ttl(ttl_ms), handover or ""])
+        if isinstance(reply, int):
+            return AcquireResult(AcquireStatus(reply), holder)
+        return AcquireResult(None, _text(reply))
+
+    def release(self, key: str, holder: str, *, notify: str | None = None) -> bool:
+        """Delete ``key`` if ``holder`` still has it; PUBLISH the key on ``notify`` if given.
+
+        Returns False when the lock had expired or another holder has it (nothing deleted).
+        """
+        return bool(self._release(keys=[key], args=[holder, "0", notify or ""]) == 1)
+
+    def release_holder_prefix(self, key: str, prefix: str, *, notify: str | None = None) -> bool:
+        """Delete ``key`` if its holder id starts with ``prefix``: how a parent process frees
+        the lock of a child that died, knowing its task id and pid but not its full holder id."""
+        return bool(self._release(keys=[key], args=[prefix, "1", notify or ""]) == 1)
+
+    def holder_of(self, key: str) -> str | None:
+        """The id holding ``key`` now, or None: for diagnostics, never for a decision."""
+        value = self.client.get(key)
+        return None if value is None else _text(value)
+
+    def renew_many(self, leases: Iterable[Lease]) -> RenewReport:
+        """Renew every lease, one script call per partition (one in all for a single Redis).
+
+        A lease that is gone and free is taken back; one held by someone else is reported.
+        """
+        report = RenewReport()
+        for batch in self._partition(leases):
+            if batch:
+                report.merge(self._renew_batch(batch))
+        return report
+
+    def _partition(self, leases: Iterable[Lease]) -> Iterator[Sequence[Lease]]:
+        # One batch for a single Redis. A cluster engine overrides this to yield one batch per
+        # node, so that callers of renew_many never change.
+        yield list(leases)
+
+    def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
+        args: list[str] = []
+        for lease in batch:
+            args += (lease.holder, _ttl(lease.ttl_ms))
+        replies = self._renew(keys=[lease.key for lease in batch], args=args)
+        report = RenewReport()
+        for lease, reply in zip(batch, replies):
+            if reply == 1:
+                report.renewed.append(lease)
+            elif reply == 2:
+                report.retaken.append(lease)
+            else:
+                report.stolen.append((lease, _text(reply)))
+        return report
+
+
+def _ttl(ttl_ms: int) -> str:
+    if ttl_ms <= 0:
+        raise ValueError(f"lock TTL must be a positive number of milliseconds, got {ttl_ms}")
+    return str(int(ttl_ms))

@@ -1,0 +1,72 @@
+"""Exception types of celery_redislock; every message names what is wrong and where."""
+
+from __future__ import annotations
+
+
+class RedisLockError(Exception):
+    """Base class of every error this package raises."""
+
+
+class ConfigurationError(RedisLockError, ValueError):
+    """The configuration cannot be used (a bad option, no Redis URL, ...)."""
+
+
+class OptionError(ConfigurationError):
+    """An option has an unknown name, a wrong type or an out-of-range value.
+
+    ``option`` is the option's name, ``source`` where it came from
+    (``task 'proj.add'``, ``redislock_queues['reports']``, ``redislock_options``).
+    """
+
+    def __init__(self, option: str, source: str, problem: str) -> None:
+        self.option = option
+        self.source = source
+        self.problem = problem
+        super().__init__(f"{source}: option {option!r} {problem}")
+
+
+class RedisURLError(ConfigurationError):
+    """No usable Redis URL for the locks could be found in the app's configuration."""
+
+
+class LockKeyError(RedisLockError, TypeError):
+    """The arguments of a task cannot be turned into a lock key.
+
+    ``task`` is the task name, ``argument`` the argument (or path inside it) at fault.
+    """
+
+    def __init__(self, task: str, argument: str, problem: str) -> None:
+        self.task = task
+        self.argument = argument
+        self.problem = problem
+        super().__init__(
+            f"task {task!r}: argument {argument!r} {problem}; "
+            f"set lock_key to the arguments that identify the task "
+            f"(a list of names, or a callable returning a str)"
+        )
+
+
+class DuplicateTaskError(RedisLockError):
+    """A task's lock is held by another execution (``on_duplicate="raise"``, or a skip)."""
+
+    def __init__(self, task: str, task_id: str, key: str, holder: str) -> None:
+        self.task = task
+        self.task_id = task_id
+        self.key = key
+        self.holder = holder
+        # args are the constructor's, so result backends can re-create the error.
+        super().__init__(task, task_id, key, holder)
+
+    def __str__(self) -> str:
+        return f"Duplicate {self.task}[{self.task_id}]: {self.key} is held by {self.holder}"
+
+
+class LockNotOwnedError(RedisLockError):
+    """A lock was released or extended by a holder that no longer owns it."""
+
+    def __init__(self, key: str, holder: str, current: str | None) -> None:
+        self.key = key
+        self.holder = holder
+        self.current = current
+        now = "has expired" if current is None else f"is now held by {current}"
+        super().__init__(f"Cannot release lock {key}: it is not owned by {holder}, it {now}")

@@ -1,0 +1,181 @@
+"""The per-process renewal timer: one thread renews every lock the process holds, one batch per Redis."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+import redis
+
+from .engine import Lease, LockEngine, RenewReport
+from .stats import counters
+
+__all__ = ["Renewer", "get_renewer"]
+
+logger = logging.getLogger("celery_redislock.renewal")
+
+
+class Renewer:
+    """Keeps held leases alive: every ``interval`` (the shortest asked for by a held lease)
+    it renews all of them, one ``renew_many`` call per engine, so one round trip per Redis.
+
+    The thread starts on the first ``add`` (so every pool, and every forked child, gets one
+    without relying on worker signals) and stops on ``stop()``.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        # Guards _held. Held only for dict operations: never across a network call.
+        self._mutex = threading.Lock()
+        # Held for a whole renewal cycle. discard() takes it, so a lease released just after
+        # discard() can never be re-taken by a cycle that was already in flight.
+        self._cycle = threading.Lock()
+        self._held: dict[LockEngine, dict[tuple[str, str], tuple[Lease, float]]] = {}
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- what is held ---------------------------------------------------------------------
+
+    def add(self, engine: LockEngine, lease: Lease, interval: float) -> None:
+        """Renew ``lease`` every ``interval`` seconds (or more often) until discarded."""
+        with self._mutex:
+            shortest = self._interval_locked()
+            self._held.setdefault(engine, {})[(lease.key, lease.holder)] = (lease, interval)
+            started = self._thread is not None
+        if shortest is None or interval < shortest:
+            self._wake.set()  # the thread waits for the old interval: make it re-read
+        if not started:
+            self._start()
+
+    def discard(self, engine: LockEngine, lease: Lease) -> bool:
+        """Stop renewing ``lease``; returns False if it was not held. Waits for a renewal
+        cycle in flight, so call it before releasing the lock in Redis."""
+        with self._cycle, self._mutex:
+            leases = self._held.get(engine)
+            if not leases or leases.pop((lease.key, lease.holder), None) is None:
+                return False
+            if not leases:
+                del self._held[engine]
+            return True
+
+    def held(self) -> list[tuple[LockEngine, Lease]]:
+        with self._mutex:
+            return [(engine, lease) for engine, leases in self._held.items() for lease, _ in leases.values()]
+
+    def interval(self) -> float | None:
+        """The current renewal interval in seconds; None when nothing is held."""
+        with self._mutex:
+            return self._interval_locked()
+
+    def _interval_locked(self) -> float | None:
+        intervals = [interval for leases in self._held.values() for _, interval in leases.values()]
+        return min(intervals) if intervals else None
+
+    # -- renewal --------------------------------------------------------------------------
+
+    def renew_now(self) -> RenewReport:
+        """Run one renewal cycle: every held lease, one round trip per engine."""
+        report = RenewReport()
+        with self._cycle:
+            with self._mutex:
+                batches = [
+                    (engine, [lease for lease, _ in leases.values()]) for engine, leases in self._held.items()
+                ]
+            for engine, leases in batches:
+                try:
+                    outcome = engine.renew_many(leases)
+                except redis.RedisError as exc:
+                    counters.incr("redis_errors")
+                    logger.warning(
+                        "Could not renew %d lock(s): %r; the next cycle tries again", len(leases), exc
+                    )
+                    continue
+                self._report(engine, outcome)
+                report.merge(outcome)
+        return report
+
+    def _report(self, engine: LockEngine, outcome: RenewReport) -> None:
+        for lease in outcome.retaken:
+            counters.incr("retaken")
+            logger.error(
+                "Lock %s was gone (expired, or Redis lost it) while %s held it: taken back",
+                lease.key,
+                lease.holder,
+            )
+        for lease, other in outcome.stolen:
+            counters.incr("lost")
+            logger.error("Lost lock %s held by %s: it is now held by %s", lease.key, lease.holder, other)
+            with self._mutex:  # someone else's now: stop renewing it
+                self._held.get(engine, {}).pop((lease.key, lease.holder), None)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            interval = self.interval()
+            # Woken early by add() when a shorter interval arrives, or by stop().
+            if self._wake.wait(interval) or self._stopping.is_set():
+                continue
+            self.renew_now()
+
+    def _start(self) -> None:
+        with self._mutex:
+            if self._thread is not None:
+                return
+            # A daemon, so a process that never calls stop() can still exit; the worker's
+            # shutdown handlers and atexit stop it explicitly.
+            self._thread = threading.Thread(target=self._run, name="redislock-renewal", daemon=True)
+            self._thread.start()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopping.is_set()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread (held leases stay in Redis until released or expired)."""
+        self._stopping.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def release_all(self) -> int:
+        """Release every held lease (shutdown); returns how many were still ours in Redis."""
+        released = 0
+        for engine, lease in self.held():
+            self.discard(engine, lease)
+            try:
+                released += engine.release(lease.key, lease.holder)
+            except redis.RedisError as exc:
+                counters.incr("redis_errors")
+                logger.warning(
+                    "Could not release lock %s at shutdown: %r; it expires on its TTL", lease.key, exc
+                )
+        return released
+
+
+_renewer: Renewer | None = None
+_renewer_lock = threading.Lock()
+
+
+def get_renewer() -> Renewer:
+    """This process's renewer; a forked child gets its own (the parent's thread is not in it)."""
+    global _renewer
+    renewer = _renewer
+    if renewer is not None and renewer.pid == os.getpid() and not renewer.stopped:
+        return renewer
+    with _renewer_lock:
+        if _renewer is None or _renewer.pid != os.getpid() or _renewer.stopped:
+            _renewer = Renewer()
+        return _renewer
+
+
+def _reset_after_fork() -> None:
+    global _renewer, _renewer_lock
+    # The parent's locks may have been held by another thread at fork time.
+    _renewer = None
+    _renewer_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)

@@ -1,0 +1,141 @@
+"""Per-app state of the Celery glue: settings read once, the engine, per-task plans, holder ids."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import os
+import socket
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import redis
+from celery import Celery
+
+from .engine import LockEngine
+from .keys import KeyBuilder
+from .options import (
+    OPTION_NAMES,
+    SETTING_DEFAULTS,
+    AppSettings,
+    LockOptions,
+    read_settings,
+    source_task,
+    validate,
+)
+
+__all__ = ["Plan", "Runtime", "handover_id", "holder_id", "holder_prefix", "runtime_for"]
+
+# Bounds how long a task waits on a Redis that stopped answering; a lock's TTL covers the rest.
+SOCKET_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a task needs to lock one execution: its resolved options and its key builder."""
+
+    options: LockOptions
+    keys: KeyBuilder
+
+    def key(self, task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+        return self.keys.key(args, kwargs, task)
+
+
+def run_function(task_class: type) -> Callable[..., Any]:
+    """The task body with the signature callers use (``self`` dropped for ``bind=True``)."""
+    run = inspect.getattr_static(task_class, "run")
+    if isinstance(run, staticmethod):
+        return run.__func__
+    # A method (bind=True, or a subclass defining run): its first parameter is the task.
+    return functools.partial(run, None)
+
+
+def task_options(task_class: type) -> dict[str, Any]:
+    """The options set on a task class (decorator keywords are class attributes), validated."""
+    given = {name: getattr(task_class, name) for name in OPTION_NAMES}
+    name = getattr(task_class, "name", None) or task_class.__name__
+    return validate({k: v for k, v in given.items() if v is not None}, source_task(name))
+
+
+class Runtime:
+    """One per Celery app: reads and validates the ``redislock_*`` settings once."""
+
+    def __init__(self, app: Celery) -> None:
+        app.conf.add_defaults(SETTING_DEFAULTS)
+        self.app = app
+        self.settings: AppSettings = read_settings(app.conf)
+        client = redis.Redis.from_url(
+            self.settings.url,
+            socket_connect_timeout=SOCKET_TIMEOUT,
+            socket_timeout=SOCKET_TIMEOUT,
+            health_check_interval=30,
+        )
+        self.engine = LockEngine(client)
+        self._plans: dict[tuple[str, str | None], Plan] = {}
+        self._mutex = threading.Lock()
+
+    def plan(self, task: Any, queue: str | None) -> Plan:
+        """Options and key builder for ``task`` consumed from ``queue`` (cached)."""
+        cache_key = (task.name, queue if queue in self.settings.queues else None)
+        plan = self._plans.get(cache_key)
+        if plan is None:
+            options = self.settings.options_for(task.name, task_options(type(task)), cache_key[1])
+            lock_key = options.lock_key
+            builder = KeyBuilder(self.settings.key_prefix, task.name, run_function(type(task)), lock_key)
+            plan = Plan(options, builder)
+            with self._mutex:
+                self._plans[cache_key] = plan
+        return plan
+
+    def release_channel(self, key: str) -> str:
+        """Where a release of ``key`` is published, for executions waiting on it."""
+        return f"{key}:released"
+
+
+_runtimes: weakref.WeakKeyDictionary[Celery, Runtime] = weakref.WeakKeyDictionary()
+_runtimes_lock = threading.Lock()
+
+
+def runtime_for(app: Celery) -> Runtime:
+    """The app's runtime, created (settings read and validated) on first use."""
+    runtime = _runtimes.get(app)
+    if runtime is None:
+        with _runtimes_lock:
+            runtime = _runtimes.get(app)
+            if runtime is None:
+                runtime = _runtimes[app] = Runtime(app)
+    return runtime
+
+
+def reset_runtime(app: Celery) -> None:
+    """Forget the app's runtime, so changed settings are read again (tests, reconfiguration)."""
+    with _runtimes_lock:
+        _runtimes.pop(app, None)
+
+
+# Holder ids. The task id comes first so a parent process can free a dead child's lock by
+# prefix; pid and a per-process sequence tell two deliveries of one message apart.
+_sequence = itertools.count(1)
+
+
+def node_name(hostname: str | None) -> str:
+    return hostname or socket.gethostname()
+
+
+def holder_id(task_id: str, hostname: str | None) -> str:
+    return f"{holder_prefix(task_id, hostname)}{os.getpid()}:{next(_sequence)}"
+
+
+def holder_prefix(task_id: str, hostname: str | None) -> str:
+    """What every holder id of ``task_id`` on worker ``hostname`` starts with."""
+    return f"{task_id}@{node_name(hostname)}:"
+
+
+def handover_id(task_id: str) -> str:
+    """The value a lock holds while handed over to the next execution of ``task_id``
+    (a retry with ``release_on_retry=False``, or a task locked at enqueue)."""
+    return f"{task_id}@handover"

@@ -1,0 +1,643 @@
+"""Unit tests of celery_redislock.options: validation, precedence, settings, the Redis URL."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from celery_redislock.errors import ConfigurationError, OptionError, RedisURLError
+from celery_redislock.options import (
+    OPTION_NAMES,
+    SETTING_DEFAULTS,
+    AppSettings,
+    LockOptions,
+    mask_url,
+    read_settings,
+    resolve,
+    resolve_redis_url,
+    source_queue,
+    source_task,
+    validate,
+)
+
+TASK = source_task("proj.send_report")
+QUEUE = source_queue("reports")
+APP = "redislock_options"
+
+
+def bad(options: dict[Any, Any], source: str = TASK) -> OptionError:
+    with pytest.raises(OptionError) as info:
+        validate(options, source)
+    return info.value
+
+
+def assert_names(err: OptionError, option: str, source: str = TASK) -> None:
+    assert err.option == option
+    assert err.source == source
+    assert str(err).startswith(f"{source}: option {option!r} ")
+
+
+def resolve_layers(
+    task: dict[str, Any] | None = None,
+    queue: dict[str, Any] | None = None,
+    app: dict[str, Any] | None = None,
+) -> LockOptions:
+    return resolve(task or {}, queue or {}, app or {}, task_source=TASK, queue_source=QUEUE)
+
+
+# --- defaults -------------------------------------------------------------------------------
+
+
+def test_defaults_are_spec_section_2() -> None:
+    o = LockOptions()
+    assert o.lock_timeout == 30
+    assert o.renew_interval is None and o.renew_interval_s == 10
+    assert o.lock_key is None
+    assert o.on_duplicate == "skip"
+    assert o.acquire_timeout == 10
+    assert o.retry_countdown == 5
+    assert o.release_on_retry is True
+    assert o.lock_on == "execute"
+    assert o.queued_timeout == 3600
+    assert o.on_redis_error == "retry"
+    assert o.max_concurrency == 1
+    assert resolve_layers() == o
+
+
+def test_option_names_are_the_dataclass_fields() -> None:
+    assert {f.name for f in dataclasses.fields(LockOptions)} == OPTION_NAMES
+    assert len(OPTION_NAMES) == 11
+
+
+def test_effective_renew_interval_follows_lock_timeout() -> None:
+    assert resolve_layers(task={"lock_timeout": 60}).renew_interval_s == 20
+    assert resolve_layers(app={"lock_timeout": 9, "renew_interval": 2}).renew_interval_s == 2
+
+
+def test_millisecond_properties() -> None:
+    o = LockOptions(lock_timeout=1.5, queued_timeout=2, acquire_timeout=0, renew_interval=0.25)
+    assert (o.timeout_ms, o.queued_timeout_ms, o.acquire_timeout_ms, o.renew_interval_ms) == (
+        1500,
+        2000,
+        0,
+        250,
+    )
+    assert LockOptions().renew_interval_ms == 10_000
+    # Redis rejects PX 0: a tiny positive timeout still gives a 1 ms TTL.
+    assert LockOptions(lock_timeout=0.0001).timeout_ms == 1
+
+
+def test_lock_options_is_frozen_and_validates() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        LockOptions().lock_timeout = 5  # type: ignore[misc]
+    with pytest.raises(OptionError) as info:
+        LockOptions(lock_timeout=0)
+    assert_names(info.value, "lock_timeout", "LockOptions")
+
+
+# --- unknown names --------------------------------------------------------------------------
+
+
+def test_unknown_name_suggests_the_close_one() -> None:
+    err = bad({"lock_timout": 10})
+    assert_names(err, "lock_timout")
+    assert "is unknown" in str(err)
+    assert "did you mean 'lock_timeout'?" in str(err)
+    assert "known options:" in str(err) and "max_concurrency" in str(err)
+
+
+def test_unknown_name_without_a_close_one_lists_the_known() -> None:
+    err = bad({"zzz": 1}, QUEUE)
+    assert_names(err, "zzz", QUEUE)
+    assert "did you mean" not in str(err)
+    for name in OPTION_NAMES:
+        assert name in str(err)
+
+
+def test_unknown_non_str_name() -> None:
+    assert_names(bad({3: 1}), "3")
+
+
+# --- wrong types ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["lock_timeout", "renew_interval", "acquire_timeout", "retry_countdown", "queued_timeout"],
+)
+def test_str_for_a_number(name: str) -> None:
+    err = bad({name: "10"})
+    assert_names(err, name)
+    assert "must be" in str(err) and "number of seconds" in str(err)
+    assert "got '10' (a str)" in str(err)
+
+
+@pytest.mark.parametrize("name", ["lock_timeout", "acquire_timeout", "max_concurrency"])
+def test_bool_is_not_a_number(name: str) -> None:
+    err = bad({name: True})
+    assert_names(err, name)
+    assert "got True (a bool, not a number)" in str(err)
+
+
+@pytest.mark.parametrize("name", ["on_duplicate", "lock_on", "on_redis_error"])
+def test_list_for_a_choice(name: str) -> None:
+    err = bad({name: ["skip"]})
+    assert_names(err, name)
+    assert "must be one of" in str(err) and "(a list)" in str(err)
+
+
+def test_release_on_retry_must_be_a_bool() -> None:
+    for value in (1, "yes", None):
+        err = bad({"release_on_retry": value})
+        assert_names(err, "release_on_retry")
+        assert "must be True or False" in str(err)
+
+
+def test_max_concurrency_must_be_an_int() -> None:
+    err = bad({"max_concurrency": 2.0})
+    assert_names(err, "max_concurrency")
+    assert "must be an int >= 1, got 2.0 (a float)" in str(err)
+
+
+def test_message_has_the_documented_shape() -> None:
+    err = bad({"lock_timeout": -1})
+    assert str(err) == (
+        "task 'proj.send_report': option 'lock_timeout' must be a number of seconds > 0, got -1"
+    )
+
+
+# --- out of range ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["lock_timeout", "renew_interval", "queued_timeout"])
+@pytest.mark.parametrize("value", [0, 0.0, -1, -0.5, math.nan, math.inf, -math.inf, 10**400])
+def test_positive_seconds_out_of_range(name: str, value: float) -> None:
+    err = bad({name: value}, APP)
+    assert_names(err, name, APP)
+    assert "> 0" in str(err)
+
+
+@pytest.mark.parametrize("name", ["acquire_timeout", "retry_countdown"])
+def test_non_negative_seconds(name: str) -> None:
+    assert validate({name: 0}, TASK) == {name: 0.0}
+    for value in (-1, math.nan, math.inf):
+        err = bad({name: value})
+        assert_names(err, name)
+        assert ">= 0" in str(err)
+
+
+def test_max_concurrency_below_one() -> None:
+    for value in (0, -3):
+        err = bad({"max_concurrency": value})
+        assert_names(err, "max_concurrency")
+        assert f"got {value}" in str(err)
+
+
+# --- enum values ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "suggestion"),
+    [
+        ("on_duplicate", "SKIP", "skip"),
+        ("on_duplicate", "retyr", "retry"),
+        ("lock_on", "enque", "enqueue"),
+        ("on_redis_error", "fial", "fail"),
+    ],
+)
+def test_bad_choice(name: str, value: str, suggestion: str) -> None:
+    err = bad({name: value}, QUEUE)
+    assert_names(err, name, QUEUE)
+    assert f"got {value!r}" in str(err)
+    assert f"did you mean {suggestion!r}?" in str(err)
+
+
+def test_every_choice_accepted() -> None:
+    for value in ("skip", "retry", "raise", "wait"):
+        assert resolve_layers(task={"on_duplicate": value}).on_duplicate == value
+    for value in ("execute", "enqueue"):
+        assert resolve_layers(task={"lock_on": value}).lock_on == value
+    for value in ("retry", "run", "fail"):
+        assert resolve_layers(task={"on_redis_error": value}).on_redis_error == value
+
+
+# --- renew_interval against lock_timeout ----------------------------------------------------
+
+
+@pytest.mark.parametrize("renew", [10, 11])
+def test_renew_interval_not_below_timeout_in_one_layer(renew: int) -> None:
+    err = bad({"lock_timeout": 10, "renew_interval": renew}, QUEUE)
+    assert_names(err, "renew_interval", QUEUE)
+    assert f"must be < lock_timeout (10 set in the same place), got {renew}" in str(err)
+
+
+def test_renew_interval_across_layers_blames_the_most_specific() -> None:
+    # The app sets renew_interval, the task shortens lock_timeout: the task is at fault.
+    with pytest.raises(OptionError) as info:
+        resolve_layers(task={"lock_timeout": 10}, app={"renew_interval": 20})
+    assert_names(info.value, "renew_interval", TASK)
+    assert "10 from task 'proj.send_report'" in str(info.value)
+    assert "got 20 from redislock_options" in str(info.value)
+
+
+def test_renew_interval_across_layers_blames_the_queue() -> None:
+    with pytest.raises(OptionError) as info:
+        resolve_layers(queue={"renew_interval": 40}, app={"lock_timeout": 30})
+    assert_names(info.value, "renew_interval", QUEUE)
+    with pytest.raises(OptionError) as info:
+        resolve_layers(queue={"lock_timeout": 5}, app={"renew_interval": 5})
+    assert_names(info.value, "renew_interval", QUEUE)
+
+
+def test_renew_interval_against_the_default_timeout() -> None:
+    with pytest.raises(OptionError) as info:
+        resolve_layers(app={"renew_interval": 30})
+    assert_names(info.value, "renew_interval", APP)
+    assert "30 from the default" in str(info.value)
+
+
+def test_renew_interval_fixed_by_a_more_specific_timeout() -> None:
+    o = resolve_layers(task={"lock_timeout": 100}, app={"lock_timeout": 10, "renew_interval": 5})
+    assert (o.lock_timeout, o.renew_interval_s) == (100, 5)
+
+
+# --- lock_key -------------------------------------------------------------------------------
+
+
+def test_lock_key_forms() -> None:
+    def key(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        return "k"
+
+    assert validate({"lock_key": None}, TASK) == {"lock_key": None}
+    assert validate({"lock_key": ["user_id", "fmt"]}, TASK) == {"lock_key": ("user_id", "fmt")}
+    assert validate({"lock_key": ("user_id",)}, TASK) == {"lock_key": ("user_id",)}
+    assert validate({"lock_key": key}, TASK) == {"lock_key": key}
+    assert resolve_layers(task={"lock_key": ["a"]}).lock_key == ("a",)
+
+
+def test_lock_key_bare_str_gets_a_hint() -> None:
+    err = bad({"lock_key": "user_id"})
+    assert_names(err, "lock_key")
+    assert "got 'user_id' (a str)" in str(err)
+    assert "write ['user_id']" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ([], "empty list"),
+        ((), "empty tuple"),
+        (["a", 1], "1 is not an argument name"),
+        (["a", ""], "'' is not an argument name"),
+        (["a", "a"], "'a' is listed twice"),
+        ({"a"}, "(a set)"),
+        (5, "(a int)"),
+    ],
+)
+def test_lock_key_bad_forms(value: Any, says: str) -> None:
+    err = bad({"lock_key": value})
+    assert_names(err, "lock_key")
+    assert "argument names" in str(err) and "callable" in str(err)
+    assert says in str(err)
+
+
+# --- precedence -----------------------------------------------------------------------------
+
+DIFFERENT = {
+    "lock_timeout": (100, 200, 300),
+    "renew_interval": (1, 2, 3),
+    "lock_key": (["a"], ["b"], ["c"]),
+    "on_duplicate": ("retry", "raise", "wait"),
+    "acquire_timeout": (1, 2, 3),
+    "retry_countdown": (1, 2, 3),
+    "lock_on": ("enqueue", "execute", "enqueue"),
+    "queued_timeout": (1, 2, 3),
+    "on_redis_error": ("run", "fail", "run"),
+    "max_concurrency": (2, 3, 4),
+    "release_on_retry": (False, True, False),
+}
+
+
+def test_precedence_table_covers_every_option() -> None:
+    assert set(DIFFERENT) == OPTION_NAMES
+
+
+@pytest.mark.parametrize("name", sorted(DIFFERENT))
+def test_precedence_task_queue_app_default(name: str) -> None:
+    t, q, a = DIFFERENT[name]
+
+    def got(o: LockOptions) -> Any:
+        value = getattr(o, name)
+        return list(value) if isinstance(value, tuple) else value
+
+    default = getattr(LockOptions(), name)
+    assert got(resolve_layers({name: t}, {name: q}, {name: a})) == t
+    assert got(resolve_layers({}, {name: q}, {name: a})) == q
+    assert got(resolve_layers({}, {}, {name: a})) == a
+    assert getattr(resolve_layers(), name) == default
+    # Other options in other layers leave this one alone.
+    other = "max_concurrency" if name != "max_concurrency" else "lock_timeout"
+    assert got(resolve_layers({other: 7}, {name: q}, {})) == q
+
+
+def test_none_falls_through_to_the_next_layer() -> None:
+    o = resolve_layers({"lock_key": None, "renew_interval": None}, {"lock_key": ["a"]}, {"renew_interval": 4})
+    assert o.lock_key == ("a",) and o.renew_interval == 4
+
+
+def test_each_layer_is_validated_with_its_source() -> None:
+    for layer, source in ((0, TASK), (1, QUEUE), (2, APP)):
+        layers: list[dict[str, Any]] = [{}, {}, {}]
+        layers[layer] = {"lock_timeout": "x"}
+        with pytest.raises(OptionError) as info:
+            resolve_layers(*layers)
+        assert_names(info.value, "lock_timeout", source)
+
+
+def test_validate_normalises_and_is_idempotent() -> None:
+    raw = {"lock_timeout": 60, "lock_key": ["a"], "max_concurrency": 2, "on_duplicate": "wait"}
+    once = validate(raw, TASK)
+    assert once == {"lock_timeout": 60.0, "lock_key": ("a",), "max_concurrency": 2, "on_duplicate": "wait"}
+    assert isinstance(once["lock_timeout"], float)
+    assert validate(once, TASK) == once
+    assert raw["lock_key"] == ["a"]  # the caller's mapping is not changed
+
+
+def test_source_names() -> None:
+    assert source_task("proj.add") == "task 'proj.add'"
+    assert source_queue("reports") == "redislock_queues['reports']"
+
+
+# --- read_settings --------------------------------------------------------------------------
+
+BROKER = {"broker_url": "redis://localhost:6379/0", "result_backend": None}
+
+
+def settings_error(**conf: Any) -> OptionError:
+    with pytest.raises(OptionError) as info:
+        read_settings({**BROKER, **conf})
+    return info.value
+
+
+def test_read_settings_defaults() -> None:
+    s = read_settings(BROKER)
+    assert s == AppSettings(url="redis://localhost:6379/0", key_prefix="redislock", options={}, queues={})
+    assert read_settings({**SETTING_DEFAULTS, **BROKER}) == s
+
+
+def test_setting_defaults() -> None:
+    assert SETTING_DEFAULTS == {
+        "redislock_url": None,
+        "redislock_key_prefix": "redislock",
+        "redislock_options": {},
+        "redislock_queues": {},
+    }
+
+
+def test_read_settings_validates_and_resolves() -> None:
+    s = read_settings(
+        {
+            **BROKER,
+            "redislock_url": "redis://:pw@locks:6379/1",
+            "redislock_key_prefix": "proj-locks",
+            "redislock_options": {"lock_timeout": 60},
+            "redislock_queues": {"reports": {"lock_timeout": 600, "on_duplicate": "raise"}},
+        }
+    )
+    assert s.url == "redis://:pw@locks:6379/1"
+    assert s.key_prefix == "proj-locks"
+    assert s.options == {"lock_timeout": 60.0}
+    assert s.queues == {"reports": {"lock_timeout": 600.0, "on_duplicate": "raise"}}
+    o = s.options_for("proj.send_report", {"on_duplicate": "retry"}, "reports")
+    assert (o.lock_timeout, o.on_duplicate) == (600, "retry")
+    assert s.options_for("proj.other", {}, "default").lock_timeout == 60
+    assert s.options_for("proj.other", {}, None).lock_timeout == 60
+    with pytest.raises(TypeError):
+        s.options["lock_timeout"] = 1  # type: ignore[index]
+
+
+def test_app_settings_repr_masks_the_password() -> None:
+    s = read_settings({"broker_url": "redis://:s3cret@h:6379/0", "redislock_options": {}})
+    assert "s3cret" not in repr(s)
+    assert "redis://:****@h:6379/0" in repr(s)
+
+
+@pytest.mark.parametrize("prefix", ["", "a b", "x\t", 5, None])
+def test_bad_key_prefix(prefix: Any) -> None:
+    err = settings_error(redislock_key_prefix=prefix)
+    assert_names(err, "redislock_key_prefix", "app configuration")
+    assert "non-empty str without whitespace" in str(err)
+
+
+def test_redislock_options_not_a_dict() -> None:
+    err = settings_error(redislock_options=[("lock_timeout", 1)])
+    assert_names(err, "redislock_options", "app configuration")
+    assert "must be a dict" in str(err) and "(a list)" in str(err)
+
+
+def test_redislock_options_bad_option() -> None:
+    err = settings_error(redislock_options={"on_duplicate": "ignore"})
+    assert_names(err, "on_duplicate", "redislock_options")
+
+
+def test_redislock_queues_not_a_dict() -> None:
+    err = settings_error(redislock_queues=["reports"])
+    assert_names(err, "redislock_queues", "app configuration")
+    assert "must be a dict" in str(err)
+
+
+def test_redislock_queues_entry_not_a_dict() -> None:
+    err = settings_error(redislock_queues={"reports": 600})
+    assert_names(err, "redislock_queues", "app configuration")
+    assert "queue 'reports'" in str(err) and "(a int)" in str(err)
+
+
+def test_redislock_queues_key_not_a_name() -> None:
+    err = settings_error(redislock_queues={1: {}})
+    assert_names(err, "redislock_queues", "app configuration")
+    assert "got key 1" in str(err)
+
+
+def test_redislock_queues_bad_option_names_the_queue() -> None:
+    err = settings_error(redislock_queues={"reports": {"lock_timeot": 600}})
+    assert_names(err, "lock_timeot", "redislock_queues['reports']")
+    assert "did you mean 'lock_timeout'?" in str(err)
+
+
+def test_read_settings_without_a_redis_url() -> None:
+    with pytest.raises(RedisURLError):
+        read_settings({"broker_url": "amqp://guest:guest@rabbit//", "result_backend": "rpc://"})
+
+
+def test_read_settings_uses_celery_settings_properties() -> None:
+    # Celery's Settings resolves CELERY_BROKER_URL etc. in a property, not in the mapping.
+    class Conf(dict[str, Any]):
+        broker_url = "redis://from-env:6379/0"
+
+    assert read_settings(Conf(broker_url=None)).url == "redis://from-env:6379/0"
+
+
+# --- resolve_redis_url ----------------------------------------------------------------------
+
+
+def test_redislock_url_wins() -> None:
+    assert resolve_redis_url("redis://locks/1", "redis://broker/0", "redis://b/2") == ("redis://locks/1")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://h:6379/0",
+        "rediss://h:6380/0?ssl_cert_reqs=required",
+        "sentinel://h:26379",
+        "unix:///tmp/redis.sock?db=1",
+        "REDIS://h/0",
+    ],
+)
+def test_redis_schemes(url: str) -> None:
+    assert resolve_redis_url(url, None, None) == url
+    assert resolve_redis_url(None, url, None) == url
+    assert resolve_redis_url(None, "amqp://h//", url) == url
+
+
+def test_redis_socket_becomes_unix() -> None:
+    url = "redis+socket:///tmp/redis.sock?virtual_host=2"
+    assert resolve_redis_url(None, url, None) == "unix:///tmp/redis.sock?db=2"
+    assert resolve_redis_url(None, "redis+socket:///tmp/r.sock", None) == "unix:///tmp/r.sock"
+
+
+def test_empty_redislock_url_is_unset() -> None:
+    assert resolve_redis_url("", "redis://broker/0", None) == "redis://broker/0"
+
+
+def test_broker_before_result_backend() -> None:
+    assert resolve_redis_url(None, "redis://broker/0", "redis://backend/1") == "redis://broker/0"
+    assert resolve_redis_url(None, "amqp://h//", "redis://backend/1") == "redis://backend/1"
+    assert resolve_redis_url(None, None, "redis://backend/1") == "redis://backend/1"
+
+
+def test_failover_broker_takes_the_first() -> None:
+    assert resolve_redis_url(None, "redis://a/0;redis://b/0", None) == "redis://a/0"
+    assert resolve_redis_url(None, ["redis://a/0", "redis://b/0"], None) == "redis://a/0"
+    # Only the first counts: Celery connects to it first.
+    assert resolve_redis_url(None, "amqp://a//;redis://b/0", "redis://c/0") == "redis://c/0"
+
+
+def test_sentinel_keeps_every_host() -> None:
+    hosts = "sentinel://:pw@s1:26379/0;sentinel://:pw@s2:26379/0;sentinel://:pw@s3:26379/0"
+    assert resolve_redis_url(None, hosts, None) == hosts
+    assert resolve_redis_url(None, hosts.split(";"), None) == hosts
+    assert resolve_redis_url(hosts, None, None) == hosts
+
+
+def test_redislock_url_not_redis() -> None:
+    with pytest.raises(RedisURLError) as info:
+        resolve_redis_url("amqp://user:s3cret@rabbit//", "redis://broker/0", None)
+    msg = str(info.value)
+    assert "redislock_url" in msg and "amqp://user:****@rabbit//" in msg
+    assert "s3cret" not in msg
+    assert isinstance(info.value, ConfigurationError)
+
+
+@pytest.mark.parametrize("value", [5, ["redis://a", 1], "localhost:6379"])
+def test_redislock_url_of_the_wrong_form(value: Any) -> None:
+    with pytest.raises(RedisURLError, match="redislock_url must be a Redis URL"):
+        resolve_redis_url(value, None, None)
+
+
+def test_no_redis_url_lists_what_was_found() -> None:
+    with pytest.raises(RedisURLError) as info:
+        resolve_redis_url(None, "amqp://guest:hunter2@rabbit:5672//", "db+postgresql://u:pgpw@db/x")
+    msg = str(info.value)
+    for name in ("redislock_url", "broker_url", "result_backend"):
+        assert name in msg
+    assert "redislock_url=None" in msg
+    assert "broker_url='amqp://guest:****@rabbit:5672//'" in msg
+    assert "result_backend='db+postgresql://u:****@db/x'" in msg
+    assert "hunter2" not in msg and "pgpw" not in msg
+    assert "set redislock_url" in msg
+
+
+def test_no_redis_url_at_all() -> None:
+    with pytest.raises(RedisURLError, match="none of redislock_url, broker_url, result_backend"):
+        resolve_redis_url(None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:secret@host:6379/0", "redis://:****@host:6379/0"),
+        ("redis://user:secret@host/0", "redis://user:****@host/0"),
+        ("redis://secret@host/0", "redis://****@host/0"),
+        ("redis://:se@c/ret@host/0", "redis://:****@host/0"),
+        ("redis://host/0?password=secret&db=1", "redis://host/0?password=****&db=1"),
+        ("sentinel://:secret@a;sentinel://:secret@b", "sentinel://:****@a;sentinel://:****@b"),
+        ("redis://host:6379/0", "redis://host:6379/0"),
+    ],
+)
+def test_mask_url(url: str, shown: str) -> None:
+    assert mask_url(url) == shown
+    assert "secret" not in mask_url([url, url])
+
+
+def test_mask_in_every_error() -> None:
+    for args in (
+        ("amqp://:secret@h//", None, None),
+        (None, "amqp://:secret@h//", "rpc://"),
+        (None, ["amqp://:secret@h//", "amqp://:secret@g//"], None),
+    ):
+        with pytest.raises(RedisURLError) as info:
+            resolve_redis_url(*args)
+        assert "secret" not in str(info.value)
+
+
+# --- random bad configurations --------------------------------------------------------------
+
+values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=10)
+    | st.sampled_from(["skip", "retry", "raise", "wait", "execute", "enqueue", "run", "fail"])
+    | st.just(lambda task, args, kwargs: "k"),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+names = st.sampled_from(sorted(OPTION_NAMES)) | st.text(max_size=20) | st.integers()
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(names, values, max_size=5))
+def test_random_configs_validate_or_raise_option_error(config: dict[Any, Any]) -> None:
+    try:
+        result = validate(config, TASK)
+    except OptionError as err:
+        assert err.source == TASK
+        assert str(err).startswith(f"{TASK}: option ")
+        return
+    assert set(result) <= OPTION_NAMES
+    assert validate(result, TASK) == result
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(sorted(OPTION_NAMES)), values, max_size=4),
+    st.dictionaries(st.sampled_from(sorted(OPTION_NAMES)), values, max_size=4),
+)
+def test_random_layers_resolve_or_raise_option_error(task: dict[str, Any], app: dict[str, Any]) -> None:
+    try:
+        o = resolve(task, {}, app, task_source=TASK, queue_source=QUEUE)
+    except OptionError as err:
+        assert err.source in (TASK, APP)
+        return
+    assert o.renew_interval_s < o.lock_timeout
