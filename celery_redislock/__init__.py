@@ -8,10 +8,13 @@ from .errors import (
     DuplicateTaskError,
     LockKeyError,
     LockNotOwnedError,
+    LockUnavailableError,
     OptionError,
     RedisLockError,
     RedisURLError,
 )
+from .task import SingletonTask
+from .worker import consumed_queue  # importing it connects the worker signal handlers
 
 __all__ = [
     "AcquireResult",
@@ -22,10 +25,13 @@ __all__ = [
     "LockEngine",
     "LockKeyError",
     "LockNotOwnedError",
+    "LockUnavailableError",
     "OptionError",
     "RedisLockError",
     "RedisURLError",
     "RenewReport",
+    "SingletonTask",
+    "consumed_queue",
 ]
 
 __version__ = "0.1.0"

@@ -20,6 +20,7 @@ def _load_script(name: str) -> str:
 _ACQUIRE = _load_script("acquire.lua")
 _RELEASE = _load_script("release.lua")
 _RENEW = _load_script("renew.lua")
+_TRANSFER = _load_script("transfer.lua")
 
 
 class AcquireStatus(enum.IntEnum):
@@ -84,6 +85,7 @@ class LockEngine:
         self._acquire = client.register_script(_ACQUIRE)
         self._release = client.register_script(_RELEASE)
         self._renew = client.register_script(_RENEW)
+        self._transfer = client.register_script(_TRANSFER)
 
     def acquire(self, key: str, holder: str, ttl_ms: int, handover: str | None = None) -> AcquireResult:
         """Take ``key`` for ``holder``, re-enter it if ``holder`` has it, or take it over from
@@ -104,6 +106,11 @@ class LockEngine:
         """Delete ``key`` if its holder id starts with ``prefix``: how a parent process frees
         the lock of a child that died, knowing its task id and pid but not its full holder id."""
         return bool(self._release(keys=[key], args=[prefix, "1", notify or ""]) == 1)
+
+    def transfer(self, key: str, holder: str, to: str, ttl_ms: int) -> bool:
+        """Make ``to`` the holder of ``key`` (TTL ``ttl_ms``) if ``holder`` still has it: how
+        an execution hands its lock to the next run of its task id."""
+        return bool(self._transfer(keys=[key], args=[holder, to, _ttl(ttl_ms)]) == 1)
 
     def holder_of(self, key: str) -> str | None:
         """The id holding ``key`` now, or None: for diagnostics, never for a decision."""

@@ -61,6 +61,23 @@ class DuplicateTaskError(RedisLockError):
         return f"Duplicate {self.task}[{self.task_id}]: {self.key} is held by {self.holder}"
 
 
+class LockUnavailableError(RedisLockError):
+    """Redis could not be reached to take a task's lock (``on_redis_error="fail"``)."""
+
+    def __init__(self, task: str, task_id: str, key: str, url: str, cause: BaseException) -> None:
+        self.task = task
+        self.task_id = task_id
+        self.key = key
+        self.url = url
+        super().__init__(task, task_id, key, url, repr(cause))
+
+    def __str__(self) -> str:
+        return (
+            f"Cannot lock {self.task}[{self.task_id}]: Redis at {self.url} is unreachable "
+            f"({self.args[4]}) while taking {self.key}"
+        )
+
+
 class LockNotOwnedError(RedisLockError):
     """A lock was released or extended by a holder that no longer owns it."""
 

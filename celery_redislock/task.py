@@ -1,0 +1,256 @@
+"""SingletonTask: the Celery Task base class that runs a task's body under its lock."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import redis
+from celery import Celery, Task
+from celery.exceptions import Ignore, Retry
+
+from .engine import Lease
+from .errors import DuplicateTaskError, LockUnavailableError
+from .keys import KeyBuilder
+from .options import LockOptions, mask_url
+from .renewal import get_renewer
+from .runtime import Plan, Runtime, handover_id, holder_id, run_function, runtime_for, task_options
+from .stats import counters
+
+__all__ = ["SingletonTask"]
+
+logger = logging.getLogger("celery_redislock.task")
+
+# The "wait" strategy re-tries at least this often even without a release notice, in case the
+# holder died and its lock expired (an expiry publishes nothing).
+WAIT_FALLBACK_POLL = 1.0
+
+
+@dataclass
+class _Held:
+    """The lock one execution holds: kept on the request so retry() and the end of the run find it."""
+
+    runtime: Runtime
+    lease: Lease
+    options: LockOptions
+
+
+class SingletonTask(Task[Any, Any]):
+    """A task that runs at most once at a time per name and arguments (or ``lock_key``).
+
+    Options given here (``@app.task(base=SingletonTask, lock_timeout=60)`` or a subclass
+    attribute) win over ``redislock_queues[queue]`` and ``redislock_options``; ``None`` means
+    "ask the configuration".
+    """
+
+    #: Seconds the lock lives in Redis without renewal.
+    lock_timeout: ClassVar[float | None] = None
+    #: Seconds between renewals of a held lock (default ``lock_timeout / 3``).
+    renew_interval: ClassVar[float | None] = None
+    #: ``None`` (every argument), a list of argument names, or ``(task, args, kwargs) -> str``.
+    lock_key: ClassVar[Any] = None
+    #: ``"skip"``, ``"retry"``, ``"raise"`` or ``"wait"``.
+    on_duplicate: ClassVar[str | None] = None
+    #: Seconds ``"wait"`` waits for the holder.
+    acquire_timeout: ClassVar[float | None] = None
+    #: Countdown of a ``"retry"`` of a duplicate.
+    retry_countdown: ClassVar[float | None] = None
+    #: False keeps the lock across ``self.retry()``: the retried run takes it over.
+    release_on_retry: ClassVar[bool | None] = None
+    #: ``"execute"`` or ``"enqueue"``.
+    lock_on: ClassVar[str | None] = None
+    #: TTL of a lock taken at enqueue.
+    queued_timeout: ClassVar[float | None] = None
+    #: ``"retry"``, ``"run"`` or ``"fail"`` when Redis cannot be reached to take the lock.
+    on_redis_error: ClassVar[str | None] = None
+    #: Executions of one key allowed at once.
+    max_concurrency: ClassVar[int | None] = None
+
+    @classmethod
+    def on_bound(cls, app: Celery) -> None:
+        # Registration is where a bad option must surface, naming the task: validate the
+        # task's own options and its lock_key names against the body's signature now.
+        options = task_options(cls)
+        KeyBuilder("check", str(cls.name or cls.__name__), run_function(cls), options.get("lock_key"))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.request.called_directly:  # task(...) as a plain function: no message, no lock
+            return super().__call__(*args, **kwargs)
+        runtime = runtime_for(self.app)
+        plan = runtime.plan(self, getattr(self.request, "redislock_queue", None))
+        key = plan.key(self, args, kwargs)
+        held = self._acquire(runtime, plan, key)
+        if held is None:  # Redis unreachable and on_redis_error="run": logged in _acquire
+            return self.run(*args, **kwargs)
+        self.request.redislock_held = held  # type: ignore[attr-defined]
+        try:
+            return self.run(*args, **kwargs)
+        finally:
+            self._release_held()
+
+    @property
+    def _task_id(self) -> str:
+        return str(self.request.id)
+
+    # -- taking the lock ----------------------------------------------------------------
+
+    def _acquire(self, runtime: Runtime, plan: Plan, key: str) -> _Held | None:
+        options = plan.options
+        request = self.request
+        holder = holder_id(self._task_id, request.hostname)
+        try:
+            result = runtime.engine.acquire(key, holder, options.timeout_ms, handover_id(self._task_id))
+            if not result.acquired and options.on_duplicate == "wait":
+                result = self._wait(runtime, options, key, holder, result.holder)
+        except redis.RedisError as exc:
+            return self._on_redis_error(runtime, options, key, exc)
+        if not result.acquired:
+            self._on_duplicate(options, key, result.holder)  # raises
+        counters.incr("acquired")
+        lease = Lease(key, holder, options.timeout_ms)
+        get_renewer().add(runtime.engine, lease, options.renew_interval_s)
+        return _Held(runtime, lease, options)
+
+    def _wait(self, runtime: Runtime, options: LockOptions, key: str, holder: str, other: str) -> Any:
+        """Wait up to acquire_timeout for the lock, woken by the holder's release notice."""
+        engine = runtime.engine
+        deadline = time.monotonic() + options.acquire_timeout
+        pubsub = engine.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        try:
+            pubsub.subscribe(runtime.release_channel(key))
+            while True:
+                # Try after subscribing, so a release between the two is not missed.
+                result = engine.acquire(key, holder, options.timeout_ms, handover_id(self._task_id))
+                remaining = deadline - time.monotonic()
+                if result.acquired or remaining <= 0:
+                    if result.acquired:
+                        counters.incr("waited")
+                    return result
+                pubsub.get_message(timeout=min(remaining, WAIT_FALLBACK_POLL))
+        finally:
+            pubsub.close()
+
+    def _on_duplicate(self, options: LockOptions, key: str, holder: str) -> None:
+        request = self.request
+        error = DuplicateTaskError(self.name, self._task_id, key, holder)
+        strategy = options.on_duplicate
+        if strategy == "raise":
+            counters.incr("skipped")
+            raise error
+        # Out of retries (or eager, where nothing can be re-queued) it ends as a skip.
+        retries_left = self.max_retries is None or request.retries < self.max_retries
+        if strategy == "retry" and retries_left and not request.is_eager:
+            counters.incr("retried")
+            logger.info(
+                "Retrying duplicate %s[%s] in %ss: %s is held by %s",
+                self.name,
+                request.id,
+                options.retry_countdown,
+                key,
+                holder,
+            )
+            raise self.retry(countdown=options.retry_countdown, exc=error)
+        self._skip(error)
+
+    def _skip(self, error: DuplicateTaskError) -> None:
+        """Not run: one INFO line, a FAILURE result naming the holder so a waiting caller
+        (and a chord) is answered at once, and no on_failure / task_failure."""
+        counters.incr("skipped")
+        request = self.request
+        logger.info(
+            "Skipped duplicate %s[%s]: %s is held by %s", self.name, request.id, error.key, error.holder
+        )
+        if request.is_eager:
+            raise error  # no backend to store in: the EagerResult carries the error
+        if not self.ignore_result or request.chord:
+            self.backend.mark_as_failure(self._task_id, error, request=request, call_errbacks=False)
+        raise Ignore()
+
+    def _on_redis_error(
+        self, runtime: Runtime, options: LockOptions, key: str, exc: redis.RedisError
+    ) -> _Held | None:
+        counters.incr("redis_errors")
+        url = mask_url(runtime.settings.url)
+        policy = options.on_redis_error
+        request = self.request
+        if policy == "run":
+            logger.warning(
+                "Running %s[%s] without its lock: Redis at %s is unreachable (%r)",
+                self.name,
+                request.id,
+                url,
+                exc,
+            )
+            return None
+        error = LockUnavailableError(self.name, self._task_id, key, url, exc)
+        if policy == "retry" and not request.is_eager:
+            logger.warning(
+                "Retrying %s[%s] in %ss: %s", self.name, request.id, options.retry_countdown, error
+            )
+            # Unbounded by max_retries: the task has not run yet, and dropping it would lose it.
+            raise self.retry(countdown=options.retry_countdown, exc=error, max_retries=None) from exc
+        raise error from exc
+
+    # -- releasing it ---------------------------------------------------------------------
+
+    def _release_held(self, handover_ttl_ms: int | None = None) -> None:
+        """Release the execution's lock, or hand it over to the next run of this task id."""
+        held: _Held | None = getattr(self.request, "redislock_held", None)
+        if held is None:
+            return
+        self.request.redislock_held = None  # type: ignore[attr-defined]
+        engine, lease = held.runtime.engine, held.lease
+        get_renewer().discard(engine, lease)
+        try:
+            if handover_ttl_ms is not None:
+                engine.transfer(lease.key, lease.holder, handover_id(self._task_id), handover_ttl_ms)
+            elif engine.release(lease.key, lease.holder, notify=held.runtime.release_channel(lease.key)):
+                counters.incr("released")
+            else:
+                logger.error(
+                    "Lock %s was no longer held by %s at release (expired or taken)", lease.key, lease.holder
+                )
+        except redis.RedisError as exc:
+            counters.incr("redis_errors")
+            logger.warning(
+                "Could not release lock %s: %r; it expires in at most %ss",
+                lease.key,
+                exc,
+                held.options.lock_timeout,
+            )
+
+    def retry(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        exc: Exception | None = None,
+        throw: bool = True,
+        eta: Any = None,
+        countdown: float | None = None,
+        max_retries: int | None = None,
+        **options: Any,
+    ) -> Any:
+        # The retry message is published inside super().retry(): free (or hand over) the
+        # lock first, or the retried run could arrive while this one still holds it.
+        held: _Held | None = getattr(self.request, "redislock_held", None)
+        if held is None or held.options.release_on_retry:
+            self._release_held()
+            return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
+        delay = countdown if countdown is not None else self.default_retry_delay or 0
+        self._release_held(handover_ttl_ms=held.options.timeout_ms + int(delay * 1000))
+        try:
+            return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
+        except Retry:
+            raise
+        except BaseException:
+            # No retry was sent (out of retries, publish failed): nobody will take it over.
+            self._release_handover(held)
+            raise
+
+    def _release_handover(self, held: _Held) -> None:
+        try:
+            held.runtime.engine.release(held.lease.key, handover_id(self._task_id))
+        except redis.RedisError as exc:
+            logger.warning("Could not release lock %s: %r; it expires on its TTL", held.lease.key, exc)

@@ -1,0 +1,190 @@
+"""Real Celery workers for the tests: in-process (celery.contrib.testing) and prefork subprocesses.
+
+Each test gets its own app (tasks registered with ``shared=False``, so no other app in the
+process sees them) on the session's real redis-server: broker db 0, results db 1, locks db 2.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+from celery.contrib.testing.worker import start_worker
+
+from celery_redislock.runtime import reset_runtime
+from celery_redislock.testing import RedisServer
+
+_names = itertools.count()
+
+
+def poll(condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """The first truthy value of ``condition()``, or the last one once the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+def lock_keys(client: redis.Redis) -> list[bytes]:
+    return sorted(key for key in client.scan_iter("redislock:*") if not key.endswith(b":released"))
+
+
+@pytest.fixture
+def urls(redislock_server: RedisServer, redislock_url: str) -> dict[str, str]:
+    base = f"redis://127.0.0.1:{redislock_server.port}"
+    return {"broker": f"{base}/0", "backend": f"{base}/1", "locks": f"{base}/2"}
+
+
+@pytest.fixture
+def locks(redislock_server: RedisServer, urls: dict[str, str]) -> Iterator[redis.Redis]:
+    """A client to the lock database."""
+    client = redislock_server.client(db=2)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def make_app(urls: dict[str, str]) -> Iterator[Callable[..., Celery]]:
+    apps: list[Celery] = []
+
+    def make(**conf: Any) -> Celery:
+        app = Celery(f"redislock_test_{next(_names)}", set_as_current=False)
+        app.conf.update(
+            broker_url=urls["broker"],
+            result_backend=urls["backend"],
+            redislock_url=urls["locks"],
+            broker_connection_retry_on_startup=False,
+            worker_hijack_root_logger=False,
+            task_default_queue="celery",
+            result_expires=None,
+        )
+        app.conf.update(conf)
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        reset_runtime(app)
+        app.close()
+
+
+@pytest.fixture
+def worker() -> Callable[..., Any]:
+    """``with worker(app, pool="threads", concurrency=4, queues=...)``: an in-process worker."""
+
+    @contextmanager
+    def run(
+        app: Celery, pool: str = "threads", concurrency: int = 4, queues: list[str] | None = None
+    ) -> Iterator[Any]:
+        kwargs: dict[str, Any] = {}
+        if queues:
+            kwargs["queues"] = queues
+        with start_worker(
+            app,
+            pool=pool,
+            concurrency=concurrency,
+            perform_ping_check=False,
+            loglevel="INFO",
+            shutdown_timeout=10,
+            **kwargs,
+        ) as w:
+            yield w
+
+    return run
+
+
+class WorkerProcess:
+    """A ``celery worker`` subprocess (prefork pool) running an app module written by the test."""
+
+    def __init__(self, workdir: Path, module: str, args: list[str]) -> None:
+        self.logfile = workdir / f"{module}-worker.log"
+        self.children: set[int] = set()
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                module,
+                "worker",
+                "--loglevel=INFO",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                *args,
+            ],
+            cwd=workdir,
+            stdout=self.logfile.open("wb"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(workdir)},
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log(self) -> str:
+        return self.logfile.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        if not poll(lambda: " ready." in self.log() or self.process.poll() is not None, timeout):
+            raise AssertionError(f"worker not ready within {timeout}s:\n{self.log()}")
+        if self.process.poll() is not None:
+            raise AssertionError(f"worker exited with {self.process.returncode}:\n{self.log()}")
+        self.children = set(self.child_pids())
+
+    def child_pids(self) -> list[int]:
+        """The pool's children now (remembered at start, to stop orphans of a killed parent)."""
+        out = subprocess.run(
+            ["ps", "-o", "pid=", "--ppid", str(self.pid)], capture_output=True, text=True
+        ).stdout
+        return [int(pid) for pid in out.split()]
+
+    def signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout)
+        for pid in self.children:  # orphans of a killed parent, stopped by pid
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture
+def worker_process(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    """``worker_process(source, "-c", "2")``: writes ``source`` as a module, starts a prefork worker on it."""
+    started: list[WorkerProcess] = []
+
+    def start(source: str, *args: str) -> WorkerProcess:
+        module = f"wapp{next(_names)}"
+        (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
+        proc = WorkerProcess(tmp_path, module, ["-P", "prefork", *args])
+        started.append(proc)
+        proc.wait_ready()
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
