@@ -14,7 +14,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -166,10 +166,8 @@ class WorkerProcess:
                 self.process.kill()
                 self.process.wait(timeout)
         for pid in self.children:  # orphans of a killed parent, stopped by pid
-            try:
+            with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 @pytest.fixture
