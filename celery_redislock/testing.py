@@ -169,7 +169,11 @@ class RedisServer:
 
 
 class RoundTrips:
-    """How many requests a client wrote to Redis: one per round trip (a pipeline is one)."""
+    """How many requests a client wrote to Redis: one per round trip (a pipeline is one).
+
+    A new connection's hand-shake (HELLO, CLIENT SETINFO, SELECT) is not counted: it is paid
+    once per pooled connection, not per operation.
+    """
 
     def __init__(self) -> None:
         self.count = 0
@@ -180,8 +184,18 @@ def counting_client(url: str) -> tuple[redis.Redis, RoundTrips]:
     trips = RoundTrips()
 
     class CountingConnection(redis.Connection):
+        handshaking = False
+
+        def on_connect_check_health(self, check_health: bool = True) -> None:
+            self.handshaking = True
+            try:
+                super().on_connect_check_health(check_health)
+            finally:
+                self.handshaking = False
+
         def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-            trips.count += 1
+            if not self.handshaking:
+                trips.count += 1
             super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
 
     pool = redis.ConnectionPool.from_url(url, connection_class=CountingConnection)

@@ -1,0 +1,443 @@
+"""SingletonTask on real in-process workers: duplicates, renewal, release paths, strategies."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+from celery import chord, group
+from celery.exceptions import ChordError
+
+from celery_redislock import DuplicateTaskError, LockUnavailableError, OptionError, SingletonTask
+from celery_redislock.engine import LockEngine
+from celery_redislock.runtime import runtime_for
+from celery_redislock.stats import counters
+from celery_redislock.testing import RedisServer, counting_client
+
+from .conftest import lock_keys, poll
+
+SKIP_LOG = "celery_redislock.task"
+
+
+def key_for(app: Any, task: Any, args: tuple[Any, ...]) -> str:
+    """The lock key the worker will use for ``task(*args)`` consumed from the default queue."""
+    real = app.tasks[task.name]  # finalizes the app; the decorator returned a proxy
+    return runtime_for(app).plan(real, None).key(real, args, {})
+
+
+def skipped_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("Skipped duplicate")]
+
+
+def test_two_deliveries_at_once_run_one_body_and_skip_the_other(
+    make_app: Any, worker: Any, locks: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = make_app()
+    gate = threading.Event()
+    running: list[tuple[int, str]] = []
+
+    @app.task(base=SingletonTask, shared=False, bind=True)
+    def rebuild(self: Any, tenant: int) -> str:
+        running.append((tenant, self.request.id))
+        assert gate.wait(10)
+        return f"built {tenant}"
+
+    caplog.set_level(logging.INFO, logger=SKIP_LOG)
+    with worker(app, concurrency=4):
+        first = rebuild.delay(1)
+        other = rebuild.delay(2)  # different args: runs alongside
+        assert poll(lambda: len(running) == 2)
+        duplicate = rebuild.delay(1)
+        with pytest.raises(DuplicateTaskError) as info:
+            duplicate.get(timeout=5)
+        gate.set()
+        assert first.get(timeout=10) == "built 1"
+        assert other.get(timeout=10) == "built 2"
+
+    assert sorted(tenant for tenant, _ in running) == [1, 2]  # the duplicate's body never ran
+    key = info.value.key
+    assert info.value.holder.startswith(f"{first.id}@")
+    assert skipped_lines(caplog) == [
+        f"Skipped duplicate {rebuild.name}[{duplicate.id}]: {key} is held by {info.value.holder}"
+    ]
+    assert lock_keys(locks) == []
+
+
+def test_a_body_three_times_longer_than_the_ttl_keeps_its_lock(
+    make_app: Any, worker: Any, locks: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = make_app()
+    gate = threading.Event()
+    started = threading.Event()
+
+    @app.task(base=SingletonTask, shared=False, lock_timeout=0.6)
+    def slow(n: int) -> int:
+        started.set()
+        assert gate.wait(10)
+        return n
+
+    caplog.set_level(logging.INFO, logger=SKIP_LOG)
+    with worker(app, concurrency=2):
+        original = slow.delay(7)
+        assert started.wait(10)
+        deadline = time.monotonic() + 1.8  # 3 x lock_timeout
+        while time.monotonic() < deadline:
+            assert len(lock_keys(locks)) == 1
+            time.sleep(0.05)
+        late = slow.delay(7)
+        with pytest.raises(DuplicateTaskError):
+            late.get(timeout=5)
+        gate.set()
+        assert original.get(timeout=10) == 7
+    assert len(skipped_lines(caplog)) == 1
+    assert lock_keys(locks) == []
+
+
+def test_release_on_success(make_app: Any, worker: Any, locks: redis.Redis) -> None:
+    app = make_app()
+
+    @app.task(base=SingletonTask, shared=False)
+    def ok() -> int:
+        return len(lock_keys(locks))
+
+    with worker(app):
+        assert ok.delay().get(timeout=10) == 1
+    assert lock_keys(locks) == []
+
+
+def test_release_on_failure(make_app: Any, worker: Any, locks: redis.Redis) -> None:
+    app = make_app()
+    held: list[int] = []
+
+    @app.task(base=SingletonTask, shared=False)
+    def boom() -> None:
+        held.append(len(lock_keys(locks)))
+        raise ValueError("boom")
+
+    with worker(app):
+        with pytest.raises(ValueError, match="boom"):
+            boom.delay().get(timeout=10)
+        assert poll(lambda: lock_keys(locks) == [])
+    assert held == [1]
+
+
+def test_release_on_retry_lets_the_retried_run_take_the_lock_again(
+    make_app: Any, worker: Any, locks: redis.Redis
+) -> None:
+    app = make_app()
+    holders: list[bytes] = []
+
+    @app.task(base=SingletonTask, shared=False, bind=True, max_retries=2)
+    def flaky(self: Any) -> int:
+        holders.append(locks.get(lock_keys(locks)[0]))
+        if self.request.retries < 2:
+            raise self.retry(countdown=0)
+        return self.request.retries
+
+    with worker(app):
+        assert flaky.delay().get(timeout=15) == 2
+    assert len(holders) == 3 and len(set(holders)) == 3  # a fresh holder id each run
+    assert lock_keys(locks) == []
+
+
+def test_release_on_retry_false_hands_the_lock_to_the_retried_run(
+    make_app: Any, worker: Any, locks: redis.Redis
+) -> None:
+    app = make_app()
+    seen: list[tuple[bytes, int]] = []
+    between: list[bytes] = []
+
+    @app.task(base=SingletonTask, shared=False, bind=True, release_on_retry=False, max_retries=1)
+    def once_more(self: Any) -> str:
+        key = lock_keys(locks)[0]
+        seen.append((locks.get(key), self.request.retries))
+        if self.request.retries == 0:
+            try:
+                raise self.retry(countdown=1)
+            finally:
+                between.append(locks.get(key))
+        return "done"
+
+    with worker(app):
+        result = once_more.delay()
+        assert result.get(timeout=15) == "done"
+    assert between == [f"{result.id}@handover".encode()]  # kept, not released, across the retry
+    assert [retries for _, retries in seen] == [0, 1]
+    assert all(holder.startswith(f"{result.id}@".encode()) for holder, _ in seen)
+    assert lock_keys(locks) == []
+
+
+def test_skip_answers_a_waiting_caller_at_once_without_on_failure(
+    make_app: Any, worker: Any, locks: redis.Redis
+) -> None:
+    app = make_app()
+    failures: list[str] = []
+
+    class Tracked(SingletonTask):
+        def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+            failures.append(task_id)
+
+    @app.task(base=Tracked, shared=False)
+    def report(user: int) -> str:
+        return "sent"
+
+    key = key_for(app, report, (5,))
+    locks.set(key, "someone-else", px=60_000)
+    with worker(app):
+        started = time.monotonic()
+        with pytest.raises(DuplicateTaskError, match="is held by someone-else") as info:
+            report.delay(5).get(timeout=10)
+        assert time.monotonic() - started < 3
+    assert info.value.holder == "someone-else" and info.value.key == key
+    assert failures == []
+    assert locks.get(key) == b"someone-else"
+
+
+def test_on_duplicate_raise_fails_with_duplicate_task_error(
+    make_app: Any, worker: Any, locks: redis.Redis
+) -> None:
+    app = make_app()
+
+    @app.task(base=SingletonTask, shared=False, on_duplicate="raise")
+    def charge(card: str) -> str:
+        return "charged"
+
+    key = key_for(app, charge, ("c1",))
+    locks.set(key, "holder-x", px=60_000)
+    with worker(app):
+        result = charge.delay("c1")
+        with pytest.raises(DuplicateTaskError) as info:
+            result.get(timeout=10)
+    assert (info.value.key, info.value.holder) == (key, "holder-x")
+    assert result.state == "FAILURE"
+
+
+def test_on_duplicate_retry_runs_once_the_holder_is_gone(
+    make_app: Any, worker: Any, locks: redis.Redis
+) -> None:
+    app = make_app()
+
+    @app.task(base=SingletonTask, shared=False, on_duplicate="retry", retry_countdown=0.3, max_retries=20)
+    def sync(account: int) -> str:
+        return "synced"
+
+    key = key_for(app, sync, (3,))
+    locks.set(key, "holder-y", px=60_000)
+    before = counters.snapshot()["retried"]
+    with worker(app):
+        result = sync.delay(3)
+        assert poll(lambda: counters.snapshot()["retried"] >= before + 2)
+        assert result.state != "SUCCESS"
+        locks.delete(key)
+        assert result.get(timeout=10) == "synced"
+
+
+def test_on_duplicate_retry_ends_as_a_skip_after_max_retries(
+    make_app: Any, worker: Any, locks: redis.Redis
+) -> None:
+    app = make_app()
+
+    @app.task(base=SingletonTask, shared=False, on_duplicate="retry", retry_countdown=0, max_retries=2)
+    def sync(account: int) -> str:
+        return "synced"
+
+    key = key_for(app, sync, (4,))
+    locks.set(key, "holder-z", px=60_000)
+    with worker(app):
+        result = sync.delay(4)
+        with pytest.raises(DuplicateTaskError, match="holder-z"):
+            result.get(timeout=15)
+
+
+def test_on_duplicate_wait_runs_as_soon_as_the_holder_releases(
+    make_app: Any, worker: Any, locks: redis.Redis
+) -> None:
+    app = make_app()
+    gate = threading.Event()
+    order: list[str] = []
+
+    # both calls differ only in `first`, and lock on `name`
+    @app.task(base=SingletonTask, shared=False, on_duplicate="wait", acquire_timeout=20, lock_key=["name"])
+    def export(name: str, first: bool) -> str:
+        order.append(f"start {first}")
+        if first:
+            assert gate.wait(10)
+        order.append(f"end {first}")
+        return name
+
+    waited = counters.snapshot()["waited"]
+    with worker(app, concurrency=2):
+        a = export.delay("x", True)
+        assert poll(lambda: order == ["start True"])
+        b = export.delay("x", False)
+        assert poll(lambda: counters.snapshot()["waited"] > waited, timeout=0.5) is False  # still waiting
+        released = time.monotonic()
+        gate.set()
+        assert a.get(timeout=10) == "x"
+        assert b.get(timeout=10) == "x"
+        assert time.monotonic() - released < 2  # woken by the release notice, not a poll
+    assert order == ["start True", "end True", "start False", "end False"]
+
+
+def test_on_duplicate_wait_gives_up_after_acquire_timeout(
+    make_app: Any, worker: Any, locks: redis.Redis
+) -> None:
+    app = make_app()
+
+    @app.task(base=SingletonTask, shared=False, on_duplicate="wait", acquire_timeout=0.5)
+    def export(name: str) -> str:
+        return name
+
+    key = key_for(app, export, ("y",))
+    locks.set(key, "holder-w", px=60_000)
+    with worker(app):
+        started = time.monotonic()
+        with pytest.raises(DuplicateTaskError, match="holder-w"):
+            export.delay("y").get(timeout=10)
+        assert 0.5 <= time.monotonic() - started < 5
+
+
+def test_a_chord_with_a_skipped_member_fails_clearly(make_app: Any, worker: Any, locks: redis.Redis) -> None:
+    app = make_app()
+
+    @app.task(base=SingletonTask, shared=False)
+    def part(n: int) -> int:
+        return n
+
+    @app.task(shared=False)
+    def total(values: list[int]) -> int:
+        return sum(values)
+
+    key = key_for(app, part, (2,))
+    locks.set(key, "holder-c", px=60_000)
+    with worker(app):
+        result = chord(group(part.s(n) for n in range(3)))(total.s())
+        # get() re-raises the failed member's error first; the callback itself fails with ChordError
+        with pytest.raises(DuplicateTaskError, match="holder-c"):
+            result.get(timeout=15)
+        assert poll(lambda: result.state == "FAILURE")
+        assert isinstance(result.result, ChordError) and "holder-c" in str(result.result)
+
+
+def test_per_queue_options_apply_to_tasks_consumed_from_that_queue(
+    make_app: Any, worker: Any, locks: redis.Redis
+) -> None:
+    app = make_app(
+        redislock_queues={"reports": {"lock_timeout": 600}}, redislock_options={"lock_timeout": 40}
+    )
+    ttls: dict[str, int] = {}
+
+    @app.task(base=SingletonTask, shared=False, bind=True)
+    def render(self: Any, label: str) -> None:
+        ttls[label] = locks.pttl(lock_keys(locks)[0])
+
+    with worker(app, queues=["celery", "reports"]):
+        render.apply_async(("reports",), queue="reports").get(timeout=10)
+        render.apply_async(("default",), queue="celery").get(timeout=10)
+    assert 590_000 < ttls["reports"] <= 600_000
+    assert 35_000 < ttls["default"] <= 40_000
+
+
+def test_an_uncontended_task_costs_two_round_trips(
+    make_app: Any, worker: Any, redislock_server: RedisServer
+) -> None:
+    with RedisServer() as lock_server:
+        app = make_app(redislock_url=lock_server.url)
+
+        @app.task(base=SingletonTask, shared=False)
+        def noop(n: int) -> int:
+            return n
+
+        client, trips = counting_client(lock_server.url)
+        runtime_for(app).engine = LockEngine(client)
+        with worker(app, concurrency=2):
+            noop.delay(-1).get(timeout=10)  # loads the scripts
+            trips.count = 0
+            before = lock_server.client().info("commandstats")["cmdstat_evalsha"]["calls"]
+            results = [noop.delay(n) for n in range(100)]
+            assert [r.get(timeout=30) for r in results] == list(range(100))
+            after = lock_server.client().info("commandstats")["cmdstat_evalsha"]["calls"]
+        assert trips.count == 200
+        assert after - before == 200
+        client.close()
+
+
+@pytest.mark.parametrize("policy", ["retry", "run", "fail"])
+def test_redis_down_at_acquire(
+    make_app: Any, worker: Any, policy: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with RedisServer() as lock_server:
+        app = make_app(
+            redislock_url=lock_server.url,
+            redislock_options={"on_redis_error": policy, "retry_countdown": 0.2},
+        )
+        ran: list[int] = []
+
+        @app.task(base=SingletonTask, shared=False)
+        def job(n: int) -> int:
+            ran.append(n)
+            return n
+
+        runtime = runtime_for(app)
+        runtime.engine = LockEngine(lock_server.client(socket_connect_timeout=0.2, socket_timeout=0.2))
+        caplog.set_level(logging.WARNING, logger="celery_redislock")
+        lock_server.stop()
+        with worker(app):
+            result = job.delay(1)
+            if policy == "retry":
+                assert poll(lambda: any("Retrying" in r.getMessage() for r in caplog.records))
+                assert ran == []
+                lock_server.start()
+                assert result.get(timeout=20) == 1  # nothing lost
+            elif policy == "run":
+                assert result.get(timeout=10) == 1
+                assert any("without its lock" in r.getMessage() for r in caplog.records)
+            else:
+                with pytest.raises(LockUnavailableError, match="unreachable"):
+                    result.get(timeout=10)
+                assert ran == []
+
+
+def test_eager_mode_takes_and_releases_the_lock(make_app: Any, locks: redis.Redis) -> None:
+    app = make_app(task_always_eager=True)
+    held: list[int] = []
+
+    @app.task(base=SingletonTask, shared=False)
+    def eager(n: int) -> int:
+        held.append(len(lock_keys(locks)))
+        return n
+
+    assert eager.delay(1).get() == 1
+    assert held == [1]
+    assert lock_keys(locks) == []
+    key = key_for(app, eager, (2,))
+    locks.set(key, "worker-holder", px=60_000)
+    with pytest.raises(DuplicateTaskError, match="worker-holder"):
+        eager.delay(2).get()
+    assert held == [1]
+
+
+def test_a_bad_option_is_an_error_at_registration_naming_the_task(make_app: Any) -> None:
+    app = make_app()
+    with pytest.raises(OptionError, match=r"task '.*\.broken': option 'lock_timeout'"):
+
+        @app.task(base=SingletonTask, shared=False, lock_timeout=-1)
+        def broken() -> None: ...
+
+        app.finalize()
+        app.tasks[broken.name]
+
+
+def test_an_unknown_lock_key_name_is_an_error_at_registration(make_app: Any) -> None:
+    app = make_app()
+    with pytest.raises(OptionError, match="lock_key"):
+
+        @app.task(base=SingletonTask, shared=False, lock_key=["nope"])
+        def keyed(user_id: int) -> None: ...
+
+        app.finalize()
+        app.tasks[keyed.name]
