@@ -3,6 +3,7 @@ children from the parent, release what a process holds at shutdown."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -124,10 +125,24 @@ def _release_process_locks(**_: Any) -> None:
 
 
 @signals.worker_shutdown.connect(weak=False)
-def _release_at_shutdown(sender: Any = None, **_: Any) -> None:
+def _release_at_shutdown(**_: Any) -> None:
+    _release_process_locks()
+
+
+@signals.worker_shutting_down.connect(weak=False)
+def _release_after_cold_shutdown(how: str | None = None, **_: Any) -> None:
+    # A cold shutdown terminates the pool: children normally release in their own cleanup, but
+    # one killed outright cannot. Celery forgets the active requests before the pool is gone
+    # (and sends no worker_shutdown), so note them now and free their locks at exit.
+    if how != "Cold":
+        return
     from celery.worker import state
 
-    for request in list(state.active_requests):  # children still busy at a cold shutdown
-        if isinstance(request.task, SingletonTask):
-            _release_for(request.task, request._context, "the worker shut down")
-    _release_process_locks()
+    busy = [(r.task, r._context) for r in list(state.active_requests) if isinstance(r.task, SingletonTask)]
+    if busy:
+        atexit.register(_release_requests, busy)
+
+
+def _release_requests(busy: list[tuple[SingletonTask, Any]]) -> None:
+    for task, context in busy:
+        _release_for(task, context, "the worker was shut down cold")
