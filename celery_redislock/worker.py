@@ -6,11 +6,12 @@ from __future__ import annotations
 import atexit
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import redis
 from celery import Celery, signals
-from celery.exceptions import WorkerLostError
+from celery.exceptions import TimeLimitExceeded, WorkerLostError
 
 from .renewal import get_renewer
 from .runtime import holder_prefix, runtime_for
@@ -93,11 +94,25 @@ def _release_for(task: SingletonTask, context: Any, why: str) -> None:
 
 
 @signals.task_failure.connect(weak=False)
-def _release_dead_child(sender: Any = None, exception: BaseException | None = None, **_: Any) -> None:
-    # Sent in the parent with WorkerLostError when a prefork child died mid-task: the child's
-    # own release never ran, so free its lock now instead of after lock_timeout.
-    if isinstance(sender, SingletonTask) and isinstance(exception, WorkerLostError):
+def _release_dead_child(
+    sender: Any = None,
+    task_id: str | None = None,
+    exception: BaseException | None = None,
+    args: Any = None,
+    kwargs: Any = None,
+    **_: Any,
+) -> None:
+    # Sent in the parent when a prefork child died mid-task (WorkerLostError) or was killed
+    # at its hard time limit: the child's own release never ran, so free its lock now
+    # instead of after lock_timeout.
+    if not isinstance(sender, SingletonTask):
+        return
+    if isinstance(exception, WorkerLostError):
         _release_for(sender, sender.request, "its worker process died")
+    elif isinstance(exception, TimeLimitExceeded):
+        # Celery sends this one without the request's context: rebuild what the key needs.
+        context = SimpleNamespace(id=task_id, hostname=_node["name"], args=args, kwargs=kwargs)
+        _release_for(sender, context, "it was killed at its hard time limit")
 
 
 @signals.task_revoked.connect(weak=False)
@@ -106,8 +121,13 @@ def _release_terminated(sender: Any = None, request: Any = None, terminated: boo
         _release_for(sender, request, "it was revoked and terminated")
 
 
+# This worker's node name (celery@host), for releases whose signal carries no request context.
+_node: dict[str, str | None] = {"name": None}
+
+
 @signals.worker_init.connect(weak=False)
 def _check_settings(sender: Any = None, **_: Any) -> None:
+    _node["name"] = getattr(sender, "hostname", None)
     # Bad redislock_* settings fail the worker at start, not the first task.
     app: Celery | None = getattr(sender, "app", None)
     if app is not None and any(isinstance(task, SingletonTask) for task in app.tasks.values()):

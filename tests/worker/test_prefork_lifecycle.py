@@ -57,9 +57,15 @@ def short(self, tag):
 @app.task(base=SingletonTask, bind=True, name="lifecycle.long", lock_timeout=300)
 def long(self, tag):
     return hold(self, tag)
+
+
+@app.task(base=SingletonTask, bind=True, name="lifecycle.limited", lock_timeout=300, time_limit=1)
+def limited(self, tag):
+    return hold(self, tag)
 """
 
 SHORT = "lifecycle.short"
+LIMITED = "lifecycle.limited"
 LONG = "lifecycle.long"
 SHORT_TIMEOUT = 2.0
 SHORT_RENEW = SHORT_TIMEOUT / 3  # the default renew_interval: lock_timeout / 3
@@ -299,3 +305,25 @@ def test_a_duplicate_on_a_busy_worker_is_skipped_and_its_caller_answered(
     running = first if running_id == first.id else second
     assert running.get(timeout=10) == "done d"
     assert poll(lambda: lock_keys(locks) == [], 5.0)
+
+
+def test_a_task_killed_at_its_hard_time_limit_is_released_by_the_parent(
+    urls: dict[str, str],
+    locks: redis.Redis,
+    coord: redis.Redis,
+    client_app: Celery,
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
+    proc = start_worker("-c", "1")
+    result = client_app.send_task(LIMITED, args=["t"])
+    [(_, task_id)] = wait_started(coord, "t")
+    key, _, pttl = the_lock(locks)
+    assert pttl > 200_000, "the lock could expire on its own during the test"
+
+    # The gate stays shut: the 1 s hard time limit kills the child.
+    elapsed = gone_within(locks, key, 10.0)
+    assert elapsed is not None, f"{key} was not released after the hard time limit"
+    line = f"Released lock {key} of {LIMITED}[{task_id}]: it was killed at its hard time limit"
+    assert poll(lambda: line in proc.log(), 5.0), proc.log()
+    error = result.get(timeout=5, propagate=False)
+    assert result.state == "FAILURE" and type(error).__name__ == "TimeLimitExceeded", error
