@@ -11,7 +11,7 @@ import redis
 from celery import Celery, Task
 from celery.exceptions import Ignore, Retry
 
-from .engine import Lease
+from .engine import AcquireResult, Lease
 from .errors import DuplicateTaskError, LockUnavailableError
 from .keys import KeyBuilder
 from .options import LockOptions, mask_url
@@ -103,7 +103,7 @@ class SingletonTask(Task[Any, Any]):
         try:
             result = runtime.engine.acquire(key, holder, options.timeout_ms, handover_id(self._task_id))
             if not result.acquired and options.on_duplicate == "wait":
-                result = self._wait(runtime, options, key, holder, result.holder)
+                result = self._wait(runtime, options, key, holder)
         except redis.RedisError as exc:
             return self._on_redis_error(runtime, options, key, exc)
         if not result.acquired:
@@ -113,7 +113,7 @@ class SingletonTask(Task[Any, Any]):
         get_renewer().add(runtime.engine, lease, options.renew_interval_s)
         return _Held(runtime, lease, options)
 
-    def _wait(self, runtime: Runtime, options: LockOptions, key: str, holder: str, other: str) -> Any:
+    def _wait(self, runtime: Runtime, options: LockOptions, key: str, holder: str) -> AcquireResult:
         """Wait up to acquire_timeout for the lock, woken by the holder's release notice."""
         engine = runtime.engine
         deadline = time.monotonic() + options.acquire_timeout
