@@ -87,10 +87,18 @@ class LockEngine:
         self._renew = client.register_script(_RENEW)
         self._transfer = client.register_script(_TRANSFER)
 
-    def acquire(self, key: str, holder: str, ttl_ms: int, handover: str | None = None) -> AcquireResult:
+    def acquire(
+        self,
+        key: str,
+        holder: str,
+        ttl_ms: int,
+        handover: str | None = None,
+        takeover_suffix: str | None = None,
+    ) -> AcquireResult:
         """Take ``key`` for ``holder``, re-enter it if ``holder`` has it, or take it over from
-        ``handover`` (an id a previous holder left for this one); else report the holder."""
-        reply = self._acquire(keys=[key], args=[holder, _ttl(ttl_ms), handover or ""])
+        ``handover`` (an id a previous holder left for this one) or from any holder id ending
+        with ``takeover_suffix``; else report the holder."""
+        reply = self._acquire(keys=[key], args=[holder, _ttl(ttl_ms), handover or "", takeover_suffix or ""])
         if isinstance(reply, int):
             return AcquireResult(AcquireStatus(reply), holder)
         return AcquireResult(None, _text(reply))

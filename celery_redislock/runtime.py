@@ -28,7 +28,17 @@ from .options import (
     validate,
 )
 
-__all__ = ["Plan", "Runtime", "handover_id", "holder_id", "holder_prefix", "runtime_for"]
+__all__ = [
+    "QUEUED_SUFFIX",
+    "Plan",
+    "Runtime",
+    "handover_id",
+    "holder_id",
+    "holder_prefix",
+    "queued_id",
+    "runtime_for",
+    "task_id_of",
+]
 
 # Bounds how long a task waits on a Redis that stopped answering; a lock's TTL covers the rest.
 SOCKET_TIMEOUT = 5.0
@@ -133,6 +143,20 @@ def holder_id(task_id: str, hostname: str | None) -> str:
 def holder_prefix(task_id: str, hostname: str | None) -> str:
     """What every holder id of ``task_id`` on worker ``hostname`` starts with."""
     return f"{task_id}@{node_name(hostname)}:"
+
+
+#: Ends the holder id of a lock taken at enqueue: any execution of the task may take it over.
+QUEUED_SUFFIX = "@queued"
+
+
+def queued_id(task_id: str) -> str:
+    """The value of a lock taken by ``apply_async`` (``lock_on="enqueue"``) for ``task_id``."""
+    return f"{task_id}{QUEUED_SUFFIX}"
+
+
+def task_id_of(holder: str) -> str:
+    """The task id a holder id names (every holder id starts with it)."""
+    return holder.split("@", 1)[0]
 
 
 def handover_id(task_id: str) -> str:

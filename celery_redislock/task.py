@@ -10,18 +10,33 @@ from typing import Any, ClassVar
 import redis
 from celery import Celery, Task
 from celery.exceptions import Ignore, Retry
+from celery.utils import uuid
 
 from .engine import AcquireResult, Lease
 from .errors import DuplicateTaskError, LockUnavailableError
 from .keys import KeyBuilder
 from .options import LockOptions, mask_url
 from .renewal import get_renewer
-from .runtime import Plan, Runtime, handover_id, holder_id, run_function, runtime_for, task_options
+from .runtime import (
+    QUEUED_SUFFIX,
+    Plan,
+    Runtime,
+    handover_id,
+    holder_id,
+    queued_id,
+    run_function,
+    runtime_for,
+    task_id_of,
+    task_options,
+)
 from .stats import counters
 
 __all__ = ["SingletonTask"]
 
 logger = logging.getLogger("celery_redislock.task")
+
+#: Message header carrying the lock key of a task locked at enqueue.
+KEY_HEADER = "redislock_key"
 
 # The "wait" strategy re-tries at least this often even without a release notice, in case the
 # holder died and its lock expired (an expiry publishes nothing).
@@ -80,7 +95,8 @@ class SingletonTask(Task[Any, Any]):
             return super().__call__(*args, **kwargs)
         runtime = runtime_for(self.app)
         plan = runtime.plan(self, getattr(self.request, "redislock_queue", None))
-        key = plan.key(self, args, kwargs)
+        # A task locked at enqueue carries its key: JSON may have changed its arguments' types.
+        key = getattr(self.request, KEY_HEADER, None) or plan.key(self, args, kwargs)
         held = self._acquire(runtime, plan, key)
         if held is None:  # Redis unreachable and on_redis_error="run": logged in _acquire
             return self.run(*args, **kwargs)
@@ -101,7 +117,7 @@ class SingletonTask(Task[Any, Any]):
         request = self.request
         holder = holder_id(self._task_id, request.hostname)
         try:
-            result = runtime.engine.acquire(key, holder, options.timeout_ms, handover_id(self._task_id))
+            result = self._try_acquire(runtime, options, key, holder)
             if not result.acquired and options.on_duplicate == "wait":
                 result = self._wait(runtime, options, key, holder)
         except redis.RedisError as exc:
@@ -113,6 +129,12 @@ class SingletonTask(Task[Any, Any]):
         get_renewer().add(runtime.engine, lease, options.renew_interval_s)
         return _Held(runtime, lease, options)
 
+    def _try_acquire(self, runtime: Runtime, options: LockOptions, key: str, holder: str) -> AcquireResult:
+        # An execution takes over its own hand-over (a retry) and any lock taken at enqueue.
+        return runtime.engine.acquire(
+            key, holder, options.timeout_ms, handover_id(self._task_id), takeover_suffix=QUEUED_SUFFIX
+        )
+
     def _wait(self, runtime: Runtime, options: LockOptions, key: str, holder: str) -> AcquireResult:
         """Wait up to acquire_timeout for the lock, woken by the holder's release notice."""
         engine = runtime.engine
@@ -122,7 +144,7 @@ class SingletonTask(Task[Any, Any]):
             pubsub.subscribe(runtime.release_channel(key))
             while True:
                 # Try after subscribing, so a release between the two is not missed.
-                result = engine.acquire(key, holder, options.timeout_ms, handover_id(self._task_id))
+                result = self._try_acquire(runtime, options, key, holder)
                 remaining = deadline - time.monotonic()
                 if result.acquired or remaining <= 0:
                     if result.acquired:
@@ -254,3 +276,64 @@ class SingletonTask(Task[Any, Any]):
             held.runtime.engine.release(held.lease.key, handover_id(self._task_id))
         except redis.RedisError as exc:
             logger.warning("Could not release lock %s: %r; it expires on its TTL", held.lease.key, exc)
+
+    # -- locking at enqueue ---------------------------------------------------------------
+
+    def apply_async(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        *rest: Any,
+        **options: Any,
+    ) -> Any:
+        """With ``lock_on="enqueue"``, take the lock before publishing: a call whose key is
+        already queued or running publishes nothing and returns the holder's AsyncResult."""
+        queue = options.get("queue")
+        queue_name = getattr(queue, "name", queue)
+        runtime = runtime_for(self.app)
+        plan = runtime.plan(self, queue_name if isinstance(queue_name, str) else None)
+        if plan.options.lock_on != "enqueue" or self.app.conf.task_always_eager or rest:
+            return super().apply_async(args, kwargs, task_id, *rest, **options)
+        task_id = task_id or uuid()
+        key = plan.key(self, tuple(args or ()), dict(kwargs or {}))
+        queued = queued_id(task_id)
+        try:
+            result = runtime.engine.acquire(key, queued, plan.options.queued_timeout_ms, handover_id(task_id))
+        except redis.RedisError as exc:
+            return self._enqueue_unlocked(runtime, plan.options, key, task_id, exc, args, kwargs, options)
+        if not result.acquired:
+            logger.info("Not sending duplicate %s: %s is held by %s", self.name, key, result.holder)
+            return self.AsyncResult(task_id_of(result.holder))
+        headers = {**(options.pop("headers", None) or {}), KEY_HEADER: key}
+        try:
+            return super().apply_async(args, kwargs, task_id, headers=headers, **options)
+        except BaseException:
+            # Nothing was sent: nobody will take the lock over.
+            runtime.engine.release(key, queued)
+            raise
+
+    def _enqueue_unlocked(
+        self,
+        runtime: Runtime,
+        options: LockOptions,
+        key: str,
+        task_id: str,
+        exc: redis.RedisError,
+        args: Any,
+        kwargs: Any,
+        send_options: dict[str, Any],
+    ) -> Any:
+        counters.incr("redis_errors")
+        url = mask_url(runtime.settings.url)
+        if options.on_redis_error == "fail":
+            raise LockUnavailableError(self.name, task_id, key, url, exc) from exc
+        # "retry" and "run": send it anyway; the worker takes the lock when it runs it.
+        logger.warning(
+            "Sending %s[%s] without an enqueue lock: Redis at %s is unreachable (%r)",
+            self.name,
+            task_id,
+            url,
+            exc,
+        )
+        return super().apply_async(args, kwargs, task_id, **send_options)

@@ -1,0 +1,118 @@
+"""lock_on="enqueue": apply_async takes the lock, the worker takes it over (real broker, real workers)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import redis
+from kombu.exceptions import OperationalError
+
+from celery_redislock import DuplicateTaskError, SingletonTask
+from celery_redislock.testing import RedisServer, free_port
+
+from .conftest import lock_keys, poll
+
+
+@pytest.fixture
+def broker(redislock_server: RedisServer, urls: dict[str, str]) -> Any:
+    client = redislock_server.client(db=0)
+    yield client
+    client.close()
+
+
+def test_a_second_call_while_queued_sends_nothing_and_returns_the_original(
+    make_app: Any, worker: Any, locks: redis.Redis, broker: redis.Redis
+) -> None:
+    app = make_app()
+    ran: list[int] = []
+
+    @app.task(base=SingletonTask, shared=False, lock_on="enqueue", queued_timeout=60)
+    def rebuild(tenant: int) -> int:
+        ran.append(tenant)
+        return tenant
+
+    first = rebuild.delay(1)
+    second = rebuild.delay(1)
+    other = rebuild.delay(2)
+    assert second.id == first.id
+    assert other.id != first.id
+    assert broker.llen("celery") == 2  # one message for tenant 1, one for tenant 2
+    [key] = [k for k in lock_keys(locks) if locks.get(k) == f"{first.id}@queued".encode()]
+    assert 55_000 < locks.pttl(key) <= 60_000
+
+    with worker(app):
+        assert first.get(timeout=10) == 1
+        assert second.get(timeout=10) == 1
+        assert other.get(timeout=10) == 2
+    assert sorted(ran) == [1, 2]
+    assert lock_keys(locks) == []
+
+
+def test_the_worker_takes_the_enqueue_lock_over(make_app: Any, worker: Any, locks: redis.Redis) -> None:
+    app = make_app()
+    gate = threading.Event()
+    seen: list[tuple[bytes, int]] = []
+
+    @app.task(base=SingletonTask, shared=False, lock_on="enqueue", lock_timeout=20, queued_timeout=600)
+    def report(user: int) -> str:
+        [key] = lock_keys(locks)
+        seen.append((locks.get(key), locks.pttl(key)))
+        assert gate.wait(10)
+        return "ok"
+
+    result = report.delay(9)
+    with worker(app):
+        assert poll(lambda: seen)
+        assert report.delay(9).id == result.id  # running: still the original's id
+        gate.set()
+        assert result.get(timeout=10) == "ok"
+    holder, ttl = seen[0]
+    assert holder.startswith(f"{result.id}@".encode()) and not holder.endswith(b"@queued")
+    assert 15_000 < ttl <= 20_000  # switched to lock_timeout
+    assert lock_keys(locks) == []
+
+
+def test_a_failed_publish_leaves_no_lock(make_app: Any, locks: redis.Redis, urls: dict[str, str]) -> None:
+    app = make_app(broker_url=f"redis://127.0.0.1:{free_port()}/0", broker_connection_timeout=0.5)
+
+    @app.task(base=SingletonTask, shared=False, lock_on="enqueue")
+    def charge(card: str) -> None: ...
+
+    with pytest.raises(OperationalError):
+        charge.apply_async(("c1",), retry=False)
+    assert lock_keys(locks) == []
+
+
+def test_a_message_whose_lock_expired_while_queued_still_runs_once(
+    make_app: Any, worker: Any, locks: redis.Redis, broker: redis.Redis
+) -> None:
+    app = make_app()
+    gate = threading.Event()
+    ran: list[str] = []
+
+    @app.task(base=SingletonTask, shared=False, bind=True, lock_on="enqueue", queued_timeout=0.2)
+    def sync(self: Any, account: int) -> str:
+        ran.append(self.request.id)
+        assert gate.wait(10)
+        return "synced"
+
+    first = sync.delay(5)
+    assert poll(lambda: lock_keys(locks) == [], timeout=5)  # the queued lock expired
+    slipped = sync.delay(5)  # so a second message slips in
+    assert slipped.id != first.id
+    assert broker.llen("celery") == 2
+    with worker(app, concurrency=2):
+        assert poll(lambda: ran)
+        outcomes: list[str] = []
+        for result in (first, slipped):
+            if result.id == ran[0]:
+                continue
+            with pytest.raises(DuplicateTaskError):
+                result.get(timeout=10)
+            outcomes.append("skipped")
+        gate.set()
+        assert {first.id: first, slipped.id: slipped}[ran[0]].get(timeout=10) == "synced"
+    assert len(ran) == 1 and outcomes == ["skipped"]
+    assert lock_keys(locks) == []
