@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import control  # noqa: F401  (importing it registers `inspect redislock_stats`)
 from .engine import AcquireResult, AcquireStatus, Lease, LockEngine, RenewReport
 from .errors import (
     ConfigurationError,

@@ -1,8 +1,15 @@
-"""Per-process counters of lock events, read by `inspect redislock_stats`."""
+"""Counters of lock events, shared by a worker's forked processes, read by `inspect redislock_stats`."""
 
 from __future__ import annotations
 
+import mmap
+import os
+import sys
+import tempfile
 import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 COUNTER_NAMES = (
     "acquired",
@@ -15,27 +22,96 @@ COUNTER_NAMES = (
     "redis_errors",
 )
 
+_INDEX = {name: index for index, name in enumerate(COUNTER_NAMES)}
+_SIZE = len(COUNTER_NAMES) * 8  # one signed 64-bit integer each
+
+if sys.platform == "win32":  # no fork there: the in-process lock alone is enough
+
+    def _lock_file(fd: int) -> None:
+        pass
+
+    def _unlock_file(fd: int) -> None:
+        pass
+
+else:
+    import fcntl
+
+    # A POSIX record lock, not a multiprocessing.Lock: the kernel drops it when its holder
+    # dies, so a child SIGKILLed mid-increment (hard time limit, OOM) cannot wedge the others.
+    def _lock_file(fd: int) -> None:
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+
+    def _unlock_file(fd: int) -> None:
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+
+
+def _anonymous_file(size: int) -> int:
+    """A descriptor of ``size`` zero bytes that no path names (freed with its last process)."""
+    if sys.platform == "linux":
+        fd = os.memfd_create("celery_redislock-counters")
+    else:
+        fd, path = tempfile.mkstemp(prefix="celery_redislock-counters-")
+        os.unlink(path)
+    os.ftruncate(fd, size)
+    return fd
+
 
 class Counters:
-    """Thread-safe counters; one instance per process (``counters``)."""
+    """Thread- and process-safe counters, in memory shared with every process forked later.
+
+    A prefork worker imports this package before it forks its pool, so its children inherit
+    the same pages: an increment in any child (or in the parent) is seen by all, and the
+    parent, which answers ``inspect``, reports the whole worker. No Redis on the way: an
+    increment costs a lock and a memory write.
+
+    Caveat: only *forked* processes share. A process started with the ``spawn`` or
+    ``forkserver`` method (or any separate ``celery worker``) has its own counters, as does a
+    ``Counters`` created after the fork. ``reset()`` resets them for every process sharing.
+    """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._values = dict.fromkeys(COUNTER_NAMES, 0)
+        self._fd = _anonymous_file(_SIZE)
+        # MAP_SHARED (mmap's default): a child writes the pages its parent reads.
+        self._map = mmap.mmap(self._fd, _SIZE)
+        self._values = memoryview(self._map).cast("q")
+        self._lock = threading.Lock()  # the file lock is per process: threads need their own
+        if hasattr(os, "register_at_fork"):
+            this = weakref.ref(self)
+
+            def renew_lock() -> None:
+                # A thread of the parent may have held the lock at fork: the child's copy
+                # would stay locked forever.
+                counters = this()
+                if counters is not None:
+                    counters._lock = threading.Lock()
+
+            os.register_at_fork(after_in_child=renew_lock)
 
     def incr(self, name: str, by: int = 1) -> None:
-        if name not in self._values:
+        index = _INDEX.get(name)
+        if index is None:
             raise KeyError(f"unknown counter {name!r}; known: {', '.join(COUNTER_NAMES)}")
-        with self._lock:
-            self._values[name] += by
+        with self._exclusive() as values:
+            values[index] += by
 
     def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._values)
+        with self._exclusive() as values:
+            return dict(zip(COUNTER_NAMES, values.tolist()))
 
     def reset(self) -> None:
+        with self._exclusive() as values:
+            for index in range(len(COUNTER_NAMES)):
+                values[index] = 0
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[memoryview]:
+        """The values, locked against this process's threads and every other process."""
         with self._lock:
-            self._values = dict.fromkeys(COUNTER_NAMES, 0)
+            try:
+                _lock_file(self._fd)
+                yield self._values
+            finally:
+                _unlock_file(self._fd)  # harmless if the lock was never taken
 
 
 counters = Counters()

@@ -1,0 +1,21 @@
+"""`celery inspect redislock_stats`: the lock counters of a worker, all its pool processes summed."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from celery.worker.control import inspect_command
+
+from .stats import counters
+
+__all__ = ["redislock_stats"]
+
+
+# Registered on import, in the worker (which answers) and in the client (whose `celery inspect`
+# rejects names it does not know): importing celery_redislock imports this module.
+@inspect_command()
+def redislock_stats(state: Any, **_: Any) -> dict[str, Any]:
+    """Lock counters of this worker (acquired, skipped, retried, lost, released, ...)."""
+    # Answered by the worker's main process; prefork children share its counters (stats.py).
+    return {"pid": os.getpid(), "counters": counters.snapshot()}

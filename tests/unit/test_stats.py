@@ -1,0 +1,159 @@
+"""Counters shared across fork: what a prefork worker's children count, its parent reports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from celery_redislock.control import redislock_stats
+from celery_redislock.stats import COUNTER_NAMES, Counters, counters
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+
+def in_child(body: Callable[[], None], timeout: float = 10.0) -> int:
+    """Run ``body`` in a forked child; its exit code (0 if it returned, 1 if it raised)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            body()
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError(f"child {pid} still running after {timeout}s")
+
+
+def test_a_forked_child_counts_into_its_parent() -> None:
+    shared = Counters()
+    shared.incr("acquired")
+
+    def child() -> None:
+        shared.incr("acquired", 2)
+        shared.incr("skipped")
+
+    assert in_child(child) == 0
+    assert in_child(child) == 0
+    assert shared.snapshot() == {**dict.fromkeys(COUNTER_NAMES, 0), "acquired": 5, "skipped": 2}
+
+
+def test_concurrent_children_and_threads_lose_no_increment() -> None:
+    shared = Counters()
+    per_thread, threads, children = 3000, 3, 3
+
+    def child() -> None:
+        workers = [
+            threading.Thread(target=lambda: [shared.incr("released") for _ in range(per_thread)])
+            for _ in range(threads)
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+
+    pids = []
+    for _ in range(children):  # all at once, so their increments overlap
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            try:
+                child()
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    child()  # the parent counts too, meanwhile
+    for pid in pids:
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert shared.snapshot()["released"] == per_thread * threads * (children + 1)
+
+
+def test_reset_clears_the_counters_of_every_process() -> None:
+    shared = Counters()
+    shared.incr("lost", 4)
+    assert in_child(shared.reset) == 0
+    assert shared.snapshot() == dict.fromkeys(COUNTER_NAMES, 0)
+
+    shared.incr("lost")
+    shared.reset()
+
+    def child() -> None:
+        assert shared.snapshot()["lost"] == 0
+
+    assert in_child(child) == 0
+
+
+def test_unknown_counter_names_the_known_ones() -> None:
+    with pytest.raises(KeyError, match="unknown counter 'aquired'; known: acquired, skipped, retried"):
+        Counters().incr("aquired")
+
+
+def test_a_child_killed_while_holding_the_lock_does_not_wedge_the_others() -> None:
+    shared = Counters()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            with shared._exclusive():
+                os.write(write, b"x")
+                time.sleep(60)
+        finally:
+            os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"x"  # the child holds the lock now
+    os.close(read)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+    done = threading.Event()
+
+    def count() -> None:
+        shared.incr("acquired")
+        done.set()
+
+    threading.Thread(target=count, name="test-incr", daemon=True).start()
+    assert done.wait(5), "the lock of a SIGKILLed child was never freed"
+    assert shared.snapshot()["acquired"] == 1
+
+
+def test_a_lock_held_by_another_thread_at_fork_does_not_block_the_child() -> None:
+    shared = Counters()
+    with shared._lock:  # as if another thread were mid-increment when the pool forked
+        code = in_child(lambda: shared.incr("retried"))
+    assert code == 0
+    assert shared.snapshot()["retried"] == 1
+
+
+def test_inspect_command_reports_this_process_and_the_global_counters() -> None:
+    before = counters.snapshot()["redis_errors"]
+    counters.incr("redis_errors")
+    try:
+        reply = redislock_stats(None)
+        assert reply["pid"] == os.getpid()
+        assert reply["counters"]["redis_errors"] == before + 1
+        assert set(reply["counters"]) == set(COUNTER_NAMES)
+    finally:
+        counters.incr("redis_errors", -1)
+
+
+def test_importing_the_package_registers_the_inspect_command() -> None:
+    # A fresh interpreter: this one already imported celery_redislock.control above.
+    check = (
+        "import celery_redislock; from celery.worker.control import Panel; "
+        "print(Panel.meta['redislock_stats'].type, Panel.data['redislock_stats'].__module__)"
+    )
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["inspect", "celery_redislock.control"], out.stderr

@@ -1,0 +1,354 @@
+"""`celery -A app redislock list|release|purge` through the real celery program, on a real Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from celery_redislock.keys import digest, format_key
+from celery_redislock.testing import free_port
+
+from .conftest import poll
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+APP_SOURCE = """
+from celery import Celery
+
+app = Celery("cliapp")
+app.conf.update(broker_url={broker!r}, result_backend={backend!r}, redislock_url={locks!r}, **{extra!r})
+"""
+
+ADD = "proj.add"
+REPORT = "proj.report"
+
+
+def lock_key(task: str, name: str, prefix: str = "redislock") -> str:
+    return format_key(prefix, task, digest(name))
+
+
+@pytest.fixture
+def celery_cmd(tmp_path: Path, urls: dict[str, str]) -> Callable[..., Run]:
+    """``celery_cmd(**conf)`` writes an app module; calling the result runs ``celery -A it ...``."""
+    modules = iter(range(1000))
+
+    def make(**conf: Any) -> Run:
+        settings = {"broker": urls["broker"], "backend": urls["backend"], "locks": urls["locks"]}
+        if "redislock_url" in conf:
+            settings["locks"] = conf.pop("redislock_url")
+        module = f"cliapp{next(modules)}"
+        (tmp_path / f"{module}.py").write_text(textwrap.dedent(APP_SOURCE.format(extra=conf, **settings)))
+
+        def run(*args: str, stdin: Any = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "celery", "-A", module, *args],
+                cwd=tmp_path,
+                env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                stdin=stdin,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+
+        return run
+
+    return make
+
+
+@pytest.fixture
+def celery(celery_cmd: Callable[..., Run]) -> Run:
+    """``celery("redislock", "list")``: runs the real celery program on an app using the test Redis."""
+    return celery_cmd()
+
+
+@pytest.fixture
+def held(locks: redis.Redis) -> dict[str, str]:
+    """Three locks (two of ADD with TTLs, one of REPORT without) and keys that are not locks."""
+    holders = {
+        lock_key(ADD, "a"): "task-a@worker1:101:1",
+        lock_key(ADD, "b"): "task-b@worker2:202:7",
+        lock_key(REPORT, "c"): "task-c@handover",
+    }
+    locks.set(lock_key(ADD, "a"), holders[lock_key(ADD, "a")], px=60_000)
+    locks.set(lock_key(ADD, "b"), holders[lock_key(ADD, "b")], px=30_000)
+    locks.set(lock_key(REPORT, "c"), holders[lock_key(REPORT, "c")])
+    for key in NOT_LOCKS:
+        locks.set(key, "x")
+    return holders
+
+
+NOT_LOCKS = [
+    lock_key(ADD, "a") + ":released",  # a release channel's name, should it ever be a key
+    "redislock:junk",  # under the prefix, but not '<prefix>:<task>:<digest>'
+    lock_key(ADD, "z", prefix="otherapp"),  # another app's prefix
+    lock_key(ADD, "y", prefix="redislock:nested"),  # a longer prefix starting with ours
+]
+
+
+def error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The single line a failed command writes on stderr (asserting there is exactly one)."""
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: ")
+    return lines[0]
+
+
+def remaining(locks: redis.Redis) -> set[str]:
+    return {key.decode() for key in locks.scan_iter("*")}
+
+
+# -- list --------------------------------------------------------------------------------------
+
+
+def test_list_prints_an_aligned_table_of_the_held_locks(celery: Run, held: dict[str, str]) -> None:
+    result = celery("redislock", "list")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["KEY", "TASK", "HOLDER", "TTL"]
+    assert lines[-1] == "3 lock(s) held"
+    rows = {line.split()[0]: line.split() for line in lines[1:-1]}
+    assert set(rows) == set(held)  # sorted by key, and nothing that is not a lock
+    assert [line.split()[0] for line in lines[1:-1]] == sorted(held)
+    for key, (_, task, holder, ttl) in rows.items():
+        assert task == (REPORT if REPORT in key else ADD)
+        assert holder == held[key]
+        if key == lock_key(REPORT, "c"):
+            assert ttl == "none"
+        else:
+            assert ttl.count(".") == 1 and len(ttl.split(".")[1]) == 1  # seconds, one decimal
+            assert 0 < float(ttl) <= (60.0 if key == lock_key(ADD, "a") else 30.0)
+    # Aligned: every column starts at the same offset on every line.
+    for column in ("TASK", "HOLDER"):
+        offset = lines[0].index(column)
+        assert all(line[offset - 2 : offset] == "  " and line[offset] != " " for line in lines[:-1])
+    ttl_end = len(lines[0])
+    assert all(len(line) == ttl_end for line in lines[:-1])  # TTL right-aligned
+
+
+def test_list_json_is_an_array_of_locks_and_nothing_else(celery: Run, held: dict[str, str]) -> None:
+    result = celery("redislock", "list", "--json")
+    assert result.returncode == 0, result.stderr
+    items = json.loads(result.stdout)  # the whole of stdout
+    assert [item["key"] for item in items] == sorted(held)
+    by_key = {item["key"]: item for item in items}
+    for key, item in by_key.items():
+        assert set(item) == {"key", "task", "holder", "ttl"}
+        assert item["holder"] == held[key]
+        assert item["task"] == (REPORT if REPORT in key else ADD)
+    assert 55.0 < by_key[lock_key(ADD, "a")]["ttl"] <= 60.0
+    assert 25.0 < by_key[lock_key(ADD, "b")]["ttl"] <= 30.0
+    assert isinstance(by_key[lock_key(ADD, "b")]["ttl"], float)
+    assert by_key[lock_key(REPORT, "c")]["ttl"] is None
+
+
+def test_list_task_shows_only_that_tasks_locks(celery: Run, held: dict[str, str]) -> None:
+    result = celery("redislock", "list", "--task", ADD, "--json")
+    assert result.returncode == 0, result.stderr
+    assert [item["key"] for item in json.loads(result.stdout)] == sorted(
+        [lock_key(ADD, "a"), lock_key(ADD, "b")]
+    )
+
+    result = celery("redislock", "list", "--task", REPORT)
+    assert result.returncode == 0, result.stderr
+    assert [line.split()[0] for line in result.stdout.splitlines()[1:-1]] == [lock_key(REPORT, "c")]
+    assert result.stdout.splitlines()[-1] == "1 lock(s) held"
+
+
+def test_list_task_escapes_glob_characters(celery: Run, locks: redis.Redis) -> None:
+    # Unescaped, the SCAN pattern 'redislock:proj.x[1]:*' would match 'proj.x1' and not 'proj.x[1]'.
+    locks.set(lock_key("proj.x[1]", "a"), "h1", px=60_000)
+    locks.set(lock_key("proj.x1", "a"), "h2", px=60_000)
+    locks.set(lock_key("proj.*", "a"), "h3", px=60_000)
+    for name, holder in (("proj.x[1]", "h1"), ("proj.*", "h3")):
+        result = celery("redislock", "list", "--task", name, "--json")
+        assert result.returncode == 0, result.stderr
+        assert [(item["task"], item["holder"]) for item in json.loads(result.stdout)] == [(name, holder)]
+
+
+def test_list_with_no_locks(celery: Run, locks: redis.Redis) -> None:
+    locks.set("redislock:junk", "x")
+    result = celery("redislock", "list")
+    assert (result.returncode, result.stdout) == (0, "0 lock(s) held\n")
+    result = celery("redislock", "list", "--json")
+    assert (result.returncode, json.loads(result.stdout)) == (0, [])
+
+
+# -- release -----------------------------------------------------------------------------------
+
+
+def test_release_deletes_the_lock_and_wakes_waiters(
+    celery: Run, held: dict[str, str], locks: redis.Redis
+) -> None:
+    key = lock_key(ADD, "a")
+    waiter = locks.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    waiter.subscribe(f"{key}:released")
+    try:
+        result = celery("redislock", "release", key, "--yes")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == f"Released {key} (held by {held[key]})\n"
+        assert remaining(locks) == (set(held) | set(NOT_LOCKS)) - {key}
+        message = poll(lambda: waiter.get_message(timeout=0.1), timeout=5)
+        assert message and message["data"] == key.encode()
+    finally:
+        waiter.close()
+
+
+def test_release_without_yes_and_stdin_not_a_terminal_proceeds(
+    celery: Run, held: dict[str, str], locks: redis.Redis
+) -> None:
+    # Decided: a script names the key it releases, so it is not asked (purge, in bulk, is).
+    key = lock_key(REPORT, "c")
+    result = celery("redislock", "release", key)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"Released {key} (held by {held[key]})\n"
+    assert locks.exists(key) == 0
+
+
+def test_release_of_a_missing_key_fails_in_one_line(celery: Run, held: dict[str, str]) -> None:
+    key = lock_key(ADD, "never taken")
+    result = celery("redislock", "release", key, "--yes")
+    assert result.returncode == 1
+    assert error_line(result) == f"Error: No lock {key}"
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("key", ["redislock:junk", lock_key(ADD, "z", prefix="otherapp"), "somekey"])
+def test_release_refuses_a_key_that_is_not_a_lock_of_the_app(
+    celery: Run, held: dict[str, str], locks: redis.Redis, key: str
+) -> None:
+    locks.set(key, "x")
+    result = celery("redislock", "release", key, "--yes")
+    assert result.returncode == 1
+    assert "is not a lock key under prefix 'redislock'" in error_line(result)
+    assert locks.get(key) == b"x"
+
+
+# -- purge -------------------------------------------------------------------------------------
+
+
+def test_purge_task_removes_only_that_tasks_locks(
+    celery: Run, held: dict[str, str], locks: redis.Redis
+) -> None:
+    result = celery("redislock", "purge", "--task", ADD, "--yes")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Purged 2 lock(s)\n"
+    assert remaining(locks) == {lock_key(REPORT, "c"), *NOT_LOCKS}
+
+
+def test_purge_removes_every_lock_and_leaves_other_keys(
+    celery: Run, held: dict[str, str], locks: redis.Redis
+) -> None:
+    result = celery("redislock", "purge", "--yes", "--verbose")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[-1] == "Purged 3 lock(s)"
+    assert sorted(lines[:-1]) == sorted(held)
+    assert remaining(locks) == set(NOT_LOCKS)
+
+
+def test_purge_in_batches(celery: Run, locks: redis.Redis) -> None:
+    # More keys than one SCAN step / pipeline holds (1000).
+    pipe = locks.pipeline(transaction=False)
+    for number in range(2500):
+        pipe.set(lock_key(ADD, str(number)), f"holder-{number}", px=60_000)
+    pipe.set("redislock:junk", "x")
+    pipe.execute()
+    listed = celery("redislock", "list", "--json")
+    assert len(json.loads(listed.stdout)) == 2500
+    result = celery("redislock", "purge", "--yes")
+    assert result.stdout == "Purged 2500 lock(s)\n"
+    assert remaining(locks) == {"redislock:junk"}
+
+
+def test_purge_without_yes_and_stdin_not_a_terminal_refuses(
+    celery: Run, held: dict[str, str], locks: redis.Redis
+) -> None:
+    result = celery("redislock", "purge")
+    assert result.returncode == 2
+    assert "pass --yes" in error_line(result)
+    assert remaining(locks) == set(held) | set(NOT_LOCKS)
+
+
+def run_on_terminal(celery: Run, answer: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run with stdin on a pseudo-terminal, ``answer`` typed in advance."""
+    master, slave = pty.openpty()
+    try:
+        os.write(master, answer.encode() + b"\n")
+        return celery(*args, stdin=slave)
+    finally:
+        os.close(slave)
+        os.close(master)
+
+
+def test_purge_on_a_terminal_asks_first(celery: Run, held: dict[str, str], locks: redis.Redis) -> None:
+    result = run_on_terminal(celery, "n", "redislock", "purge")
+    assert "Remove 3 lock(s)? [y/N]" in result.stdout
+    assert result.returncode == 1  # click's Abort
+    assert remaining(locks) == set(held) | set(NOT_LOCKS)
+
+    result = run_on_terminal(celery, "y", "redislock", "purge", "--task", REPORT)
+    assert "Remove 1 lock(s)? [y/N]" in result.stdout
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith("Purged 1 lock(s)\n")
+    assert remaining(locks) == (set(held) | set(NOT_LOCKS)) - {lock_key(REPORT, "c")}
+
+
+def test_release_on_a_terminal_asks_first(celery: Run, held: dict[str, str], locks: redis.Redis) -> None:
+    key = lock_key(ADD, "b")
+    result = run_on_terminal(celery, "n", "redislock", "release", key)
+    assert f"Release {key} (held by {held[key]})? [y/N]" in result.stdout
+    assert result.returncode == 1
+    assert locks.exists(key) == 1
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args", [["list"], ["list", "--json"], ["release", lock_key(ADD, "a"), "--yes"], ["purge", "--yes"]]
+)
+def test_redis_unreachable_is_one_error_line(celery_cmd: Callable[..., Run], args: list[str]) -> None:
+    celery = celery_cmd(redislock_url=f"redis://:hunter2@127.0.0.1:{free_port()}/2")
+    result = celery("redislock", *args)
+    assert result.returncode != 0
+    line = error_line(result)
+    assert "unreachable" in line and "hunter2" not in line and ":****@" in line
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("conf", "expected"),
+    [
+        ({"redislock_key_prefix": "has space"}, "redislock_key_prefix"),
+        ({"redislock_url": "redis://:hunter2@127.0.0.1:notaport/2"}, "redislock_url"),
+    ],
+)
+def test_configuration_errors_are_one_error_line(
+    celery_cmd: Callable[..., Run], conf: dict[str, Any], expected: str
+) -> None:
+    result = celery_cmd(**conf)("redislock", "list")
+    assert result.returncode == 1
+    line = error_line(result)
+    assert expected in line and "hunter2" not in line
+
+
+def test_celery_help_lists_the_redislock_command(celery: Run) -> None:
+    result = celery("--help")
+    assert result.returncode == 0, result.stderr
+    assert any(line.split()[:1] == ["redislock"] for line in result.stdout.splitlines())
+    result = celery("redislock", "--help")
+    assert result.returncode == 0, result.stderr
+    assert {"list", "release", "purge"} <= {
+        line.split()[0] for line in result.stdout.splitlines() if line.startswith("  ")
+    }

@@ -1,0 +1,145 @@
+"""`celery inspect redislock_stats` on a real prefork worker (SPEC section 5).
+
+The counters are incremented in the pool's children, but the worker's main process answers
+``inspect``: the reply must sum what every child counted. Task bodies coordinate with the test
+through Redis (db 3), as in test_prefork_lifecycle.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from celery import Celery
+
+import celery_redislock  # noqa: F401  (registers the inspect command in this client)
+from celery_redislock import DuplicateTaskError
+from celery_redislock.stats import COUNTER_NAMES
+
+from .conftest import WorkerProcess, poll
+from .test_prefork_lifecycle import coord, open_gate, wait_started
+
+__all__ = ["coord"]  # a fixture, used by name
+
+WORKER_SOURCE = """
+import os
+
+import redis
+from celery import Celery
+
+from celery_redislock import SingletonTask
+
+app = Celery("stats")
+app.conf.update(
+    broker_url={broker!r},
+    result_backend={backend!r},
+    redislock_url={locks!r},
+    broker_connection_retry_on_startup=False,
+    task_default_queue="celery",
+    result_expires=None,
+)
+coord = redis.Redis.from_url({coord!r}, socket_timeout=None)
+
+
+@app.task(base=SingletonTask, name="stats.quick")
+def quick(n):
+    return os.getpid()
+
+
+@app.task(base=SingletonTask, bind=True, name="stats.held", lock_timeout=300)
+def held(self, tag):
+    coord.rpush("started:" + tag, f"{{os.getpid()}} {{self.request.id}}")
+    if coord.blpop("gate:" + tag, timeout=60) is None:
+        raise RuntimeError("the test never opened gate:" + tag)
+    return os.getpid()
+"""
+
+
+def stats_of(app: Celery, node: str) -> dict[str, Any] | None:
+    """The ``redislock_stats`` reply of ``node``, or None if it did not answer."""
+    # Celery's Inspect has no generic attribute access (inspect().redislock_stats() does not
+    # exist): a command of a plugin is sent with broadcast(), as `celery inspect` does.
+    replies = app.control.broadcast("redislock_stats", reply=True, timeout=5, destination=[node])
+    for reply in replies or []:
+        if node in reply:
+            answer: dict[str, Any] = reply[node]
+            return answer
+    return None
+
+
+def celery_inspect(proc: WorkerProcess, node: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """``celery -A <the worker's module> inspect redislock_stats -d node ...``, run for real."""
+    args = list(proc.process.args)
+    module = args[args.index("-A") + 1]
+    workdir = proc.logfile.parent
+    celery = [sys.executable, "-m", "celery", "-A", module]
+    return subprocess.run(
+        [*celery, "inspect", "redislock_stats", "-d", node, "-t", "5", *options],
+        cwd=workdir,
+        env={**os.environ, "PYTHONPATH": str(workdir)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_inspect_redislock_stats_sums_the_counters_of_every_prefork_child(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    coord_url = urls["locks"].rsplit("/", 1)[0] + "/3"
+    source = WORKER_SOURCE.format(
+        broker=urls["broker"], backend=urls["backend"], locks=urls["locks"], coord=coord_url
+    )
+    node = f"stats-{uuid.uuid4().hex[:8]}@test"
+    proc = worker_process(source, "-c", "2", "-n", node)
+    client = make_app()
+
+    expected = dict.fromkeys(COUNTER_NAMES, 0)
+    assert stats_of(client, node) == {"pid": proc.pid, "counters": expected}
+
+    # 5 distinct runs: acquired and released 5 times.
+    results = [client.send_task("stats.quick", args=[n]) for n in range(5)]
+    ran_in = {result.get(timeout=15) for result in results}
+    assert ran_in <= set(proc.children), (ran_in, proc.children)
+
+    # One run held open on the gate, 3 duplicates of it skipped meanwhile (by the other child:
+    # the holder's is busy). The holder's acquire and the skips are counted in different processes.
+    holder = client.send_task("stats.held", args=["h"])
+    try:
+        [(holder_pid, _)] = wait_started(coord, "h")
+        for _ in range(3):
+            error = client.send_task("stats.held", args=["h"]).get(timeout=15, propagate=False)
+            assert isinstance(error, DuplicateTaskError), error
+    finally:
+        open_gate(coord, "h")
+    assert holder.get(timeout=15) == holder_pid
+    assert holder_pid in proc.children and holder_pid != proc.pid
+
+    expected.update(acquired=6, released=6, skipped=3)
+
+    # The release runs after the task body returns: poll until it has landed.
+    def settled() -> dict[str, Any] | None:
+        reply = stats_of(client, node)
+        return reply if reply is not None and reply["counters"] == expected else None
+
+    assert poll(settled, 15.0), stats_of(client, node)
+    assert stats_of(client, node) == {"pid": proc.pid, "counters": expected}
+
+    # The real CLI: the -A module imports celery_redislock, which makes the name known to it.
+    out = celery_inspect(proc, node, "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {node: {"pid": proc.pid, "counters": expected}}
+
+    out = celery_inspect(proc, node)
+    print(out.stdout)
+    assert out.returncode == 0, out.stderr
+    assert f"{node}: OK" in out.stdout and '"acquired": 6' in out.stdout, out.stdout
