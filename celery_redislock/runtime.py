@@ -35,6 +35,7 @@ __all__ = [
     "handover_id",
     "holder_id",
     "holder_prefix",
+    "process_alive",
     "queued_id",
     "runtime_for",
     "task_id_of",
@@ -138,6 +139,17 @@ def node_name(hostname: str | None) -> str:
 
 def holder_id(task_id: str, hostname: str | None) -> str:
     return f"{holder_prefix(task_id, hostname)}{os.getpid()}:{next(_sequence)}"
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with ``pid`` runs on this host (signal 0 checks without sending)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
 
 
 def holder_prefix(task_id: str, hostname: str | None) -> str:

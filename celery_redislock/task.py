@@ -23,6 +23,8 @@ from .runtime import (
     Runtime,
     handover_id,
     holder_id,
+    holder_prefix,
+    process_alive,
     queued_id,
     run_function,
     runtime_for,
@@ -118,6 +120,11 @@ class SingletonTask(Task[Any, Any]):
         holder = holder_id(self._task_id, request.hostname)
         try:
             result = self._try_acquire(runtime, options, key, holder)
+            if not result.acquired and self._held_by_dead_delivery(result.holder):
+                # This very message, from a child that died here; Celery re-queued it
+                # (reject_on_worker_lost) without telling anyone: not a duplicate, take over.
+                runtime.engine.release(key, result.holder)
+                result = self._try_acquire(runtime, options, key, holder)
             if not result.acquired and options.on_duplicate == "wait":
                 result = self._wait(runtime, options, key, holder)
         except redis.RedisError as exc:
@@ -128,6 +135,14 @@ class SingletonTask(Task[Any, Any]):
         lease = Lease(key, holder, options.timeout_ms)
         get_renewer().add(runtime.engine, lease, options.renew_interval_s)
         return _Held(runtime, lease, options)
+
+    def _held_by_dead_delivery(self, holder: str) -> bool:
+        """True when ``holder`` is this task id, on this worker node, in a process that is gone."""
+        prefix = holder_prefix(self._task_id, self.request.hostname)
+        if not holder.startswith(prefix):
+            return False
+        pid = holder[len(prefix) :].split(":", 1)[0]
+        return pid.isdigit() and not process_alive(int(pid))
 
     def _try_acquire(self, runtime: Runtime, options: LockOptions, key: str, holder: str) -> AcquireResult:
         # An execution takes over its own hand-over (a retry) and any lock taken at enqueue.

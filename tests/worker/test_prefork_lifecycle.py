@@ -59,6 +59,14 @@ def long(self, tag):
     return hold(self, tag)
 
 
+@app.task(
+    base=SingletonTask, bind=True, name="lifecycle.requeued", lock_timeout=300,
+    acks_late=True, reject_on_worker_lost=True,
+)
+def requeued(self, tag):
+    return hold(self, tag)
+
+
 @app.task(base=SingletonTask, bind=True, name="lifecycle.limited", lock_timeout=300, time_limit=1)
 def limited(self, tag):
     return hold(self, tag)
@@ -66,6 +74,7 @@ def limited(self, tag):
 
 SHORT = "lifecycle.short"
 LIMITED = "lifecycle.limited"
+REQUEUED = "lifecycle.requeued"
 LONG = "lifecycle.long"
 SHORT_TIMEOUT = 2.0
 SHORT_RENEW = SHORT_TIMEOUT / 3  # the default renew_interval: lock_timeout / 3
@@ -327,3 +336,27 @@ def test_a_task_killed_at_its_hard_time_limit_is_released_by_the_parent(
     assert poll(lambda: line in proc.log(), 5.0), proc.log()
     error = result.get(timeout=5, propagate=False)
     assert result.state == "FAILURE" and type(error).__name__ == "TimeLimitExceeded", error
+
+
+def test_a_message_requeued_after_its_child_died_runs_again_instead_of_being_skipped(
+    urls: dict[str, str],
+    locks: redis.Redis,
+    coord: redis.Redis,
+    client_app: Celery,
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
+    # acks_late + reject_on_worker_lost: Celery re-queues the message of a dead child and sends
+    # no task_failure, so the dead delivery's lock is still there when the message comes back.
+    proc = start_worker("-c", "1")
+    result = client_app.send_task(REQUEUED, args=["q"])
+    [(child, task_id)] = wait_started(coord, "q")
+    kill(child)
+    started = wait_started(coord, "q", count=2)
+    assert [tid for _, tid in started] == [task_id, task_id]  # the same message ran again
+    assert started[1][0] != child
+    _, holder, _ = the_lock(locks)
+    assert holder.startswith(f"{task_id}@") and f":{started[1][0]}:" in holder
+    open_gate(coord, "q")
+    assert result.get(timeout=10) == "done q"
+    assert "Skipped duplicate" not in proc.log()
+    assert poll(lambda: lock_keys(locks) == [], 5.0)
