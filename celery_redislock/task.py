@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -226,8 +227,9 @@ class SingletonTask(Task[Any, Any]):
             logger.warning(
                 "Retrying %s[%s] in %ss: %s", self.name, request.id, options.retry_countdown, error
             )
-            # Unbounded by max_retries: the task has not run yet, and dropping it would lose it.
-            raise self.retry(countdown=options.retry_countdown, exc=error, max_retries=None) from exc
+            # Not bounded by the task's max_retries: it has not run yet, and running out of
+            # retries would drop it. (These retries still count in request.retries.)
+            raise self.retry(countdown=options.retry_countdown, exc=error, max_retries=sys.maxsize) from exc
         raise error from exc
 
     # -- releasing it ---------------------------------------------------------------------
