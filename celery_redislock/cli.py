@@ -15,6 +15,7 @@ from celery.bin.base import CeleryCommand, CeleryOption, CLIContext, handle_prel
 from celery.exceptions import CeleryCommandException
 from celery.platforms import EX_FAILURE, EX_UNAVAILABLE
 
+from .engine import as_text
 from .errors import RedisLockError
 from .keys import parse_key
 from .options import mask_url
@@ -44,10 +45,6 @@ class Lock(NamedTuple):
     @property
     def ttl(self) -> float | None:
         return None if self.ttl_ms < 0 else self.ttl_ms / 1000
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def _glob_escape(text: str) -> str:
@@ -107,9 +104,7 @@ def _scan_locks(runtime: Runtime, task: str | None) -> Iterator[list[tuple[bytes
     pattern = _glob_escape(prefix) + ":" + (_glob_escape(task) + ":*" if task is not None else "*")
     batch: list[tuple[bytes, str, str]] = []
     for raw in runtime.engine.client.scan_iter(match=pattern, count=BATCH):
-        key = _text(raw)
-        if key.endswith(":released"):
-            continue
+        key = as_text(raw)
         try:
             key_prefix, key_task, _ = parse_key(key)
         except ValueError:
@@ -138,7 +133,7 @@ def _held_locks(runtime: Runtime, task: str | None) -> Iterator[Lock]:
         for (_, key, key_task), value, pttl in zip(batch, values, pttls):
             # Gone since the SCAN (None, PTTL -2), or not a string (MGET gives None): not a lock.
             if value is not None and pttl != -2:
-                yield Lock(key, key_task, _text(value), pttl)
+                yield Lock(key, key_task, as_text(value), pttl)
 
 
 def _purge(runtime: Runtime, task: str | None, removed: Callable[[str], None]) -> None:

@@ -68,7 +68,8 @@ class RenewReport:
         self.stolen += other.stolen
 
 
-def _text(value: bytes | str) -> str:
+def as_text(value: bytes | str) -> str:
+    """A reply as str, whether the client decodes responses or not."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
@@ -101,7 +102,7 @@ class LockEngine:
         reply = self._acquire(keys=[key], args=[holder, _ttl(ttl_ms), handover or "", takeover_suffix or ""])
         if isinstance(reply, int):
             return AcquireResult(AcquireStatus(reply), holder)
-        return AcquireResult(None, _text(reply))
+        return AcquireResult(None, as_text(reply))
 
     def release(self, key: str, holder: str, *, notify: str | None = None) -> bool:
         """Delete ``key`` if ``holder`` still has it; PUBLISH the key on ``notify`` if given.
@@ -123,7 +124,7 @@ class LockEngine:
     def holder_of(self, key: str) -> str | None:
         """The id holding ``key`` now, or None: for diagnostics, never for a decision."""
         value = self.client.get(key)
-        return None if value is None else _text(value)
+        return None if value is None else as_text(value)
 
     def renew_many(self, leases: Iterable[Lease]) -> RenewReport:
         """Renew every lease, one script call per partition (one in all for a single Redis).
@@ -153,7 +154,7 @@ class LockEngine:
             elif reply == 2:
                 report.retaken.append(lease)
             else:
-                report.stolen.append((lease, _text(reply)))
+                report.stolen.append((lease, as_text(reply)))
         return report
 
 

@@ -40,13 +40,72 @@ def poll(condition: Callable[[], Any], timeout: float = 10.0, interval: float = 
 
 
 def lock_keys(client: redis.Redis) -> list[bytes]:
-    return sorted(key for key in client.scan_iter("redislock:*") if not key.endswith(b":released"))
+    return sorted(client.scan_iter("redislock:*"))
+
+
+# The head of every worker module a prefork test writes: the app on the test's databases, and
+# `hold`, which tells the test a body started ("<pid> <task id>" on started:<tag>, db 3) and
+# blocks until the test opens gate:<tag>.
+WORKER_PREAMBLE = """
+import os
+
+import redis
+from celery import Celery
+
+from celery_redislock import SingletonTask
+
+app = Celery({name!r})
+app.conf.update(
+    broker_url={broker!r},
+    result_backend={backend!r},
+    redislock_url={locks!r},
+    broker_connection_retry_on_startup=False,
+    task_default_queue="celery",
+    result_expires=None,
+)
+# No socket timeout (redis-py defaults to 5 s): BLPOP below blocks until the test opens the gate.
+coord = redis.Redis.from_url({coord!r}, socket_timeout=None)
+
+
+def hold(task, tag):
+    coord.rpush("started:" + tag, f"{{os.getpid()}} {{task.request.id}}")
+    if coord.blpop("gate:" + tag, timeout=60) is None:
+        raise RuntimeError("the test never opened gate:" + tag)
+    return "done " + tag
+"""
+
+
+def worker_module(urls: dict[str, str], name: str, tasks: str) -> str:
+    """Source of a worker module: the preamble for app ``name``, then ``tasks``."""
+    return WORKER_PREAMBLE.format(name=name, **urls) + textwrap.dedent(tasks)
+
+
+@pytest.fixture
+def coord(redislock_server: RedisServer, urls: dict[str, str]) -> Iterator[redis.Redis]:
+    """The coordination database (db 3) task bodies and the test talk through."""
+    client = redislock_server.client(db=3)
+    yield client
+    client.close()
+
+
+def wait_started(
+    coord: redis.Redis, tag: str, count: int = 1, timeout: float = 15.0
+) -> list[tuple[int, str]]:
+    """``(pid, task id)`` of the first ``count`` executions of ``tag`` to start."""
+    started = poll(lambda: len(coord.lrange(f"started:{tag}", 0, -1)) >= count, timeout)
+    assert started, f"{count} execution(s) of {tag!r} did not start within {timeout}s"
+    entries = [entry.decode().split() for entry in coord.lrange(f"started:{tag}", 0, -1)]
+    return [(int(pid), task_id) for pid, task_id in entries]
+
+
+def open_gate(coord: redis.Redis, tag: str, times: int = 2) -> None:
+    coord.rpush(f"gate:{tag}", *["go"] * times)
 
 
 @pytest.fixture
 def urls(redislock_server: RedisServer, redislock_url: str) -> dict[str, str]:
     base = f"redis://127.0.0.1:{redislock_server.port}"
-    return {"broker": f"{base}/0", "backend": f"{base}/1", "locks": f"{base}/2"}
+    return {"broker": f"{base}/0", "backend": f"{base}/1", "locks": f"{base}/2", "coord": f"{base}/3"}
 
 
 @pytest.fixture

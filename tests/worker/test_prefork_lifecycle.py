@@ -10,45 +10,17 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import redis
 from celery import Celery
 
 from celery_redislock import DuplicateTaskError
-from celery_redislock.testing import RedisServer
 
-from .conftest import WorkerProcess, lock_keys, poll
+from .conftest import WorkerProcess, lock_keys, open_gate, poll, wait_started, worker_module
 
-WORKER_SOURCE = """
-import os
-
-import redis
-from celery import Celery
-
-from celery_redislock import SingletonTask
-
-app = Celery("lifecycle")
-app.conf.update(
-    broker_url={broker!r},
-    result_backend={backend!r},
-    redislock_url={locks!r},
-    broker_connection_retry_on_startup=False,
-    task_default_queue="celery",
-    result_expires=None,
-)
-# No socket timeout (redis-py defaults to 5 s): BLPOP below blocks until the test opens the gate.
-coord = redis.Redis.from_url({coord!r}, socket_timeout=None)
-
-
-def hold(task, tag):
-    coord.rpush("started:" + tag, f"{{os.getpid()}} {{task.request.id}}")
-    if coord.blpop("gate:" + tag, timeout=60) is None:
-        raise RuntimeError("the test never opened gate:" + tag)
-    return "done " + tag
-
-
+TASKS = """
 @app.task(base=SingletonTask, bind=True, name="lifecycle.short", lock_timeout=2)
 def short(self, tag):
     return hold(self, tag)
@@ -81,22 +53,11 @@ SHORT_RENEW = SHORT_TIMEOUT / 3  # the default renew_interval: lock_timeout / 3
 
 
 @pytest.fixture
-def coord(redislock_server: RedisServer, urls: dict[str, str]) -> Iterator[redis.Redis]:
-    """The coordination database (db 3) task bodies and the test talk through."""
-    client = redislock_server.client(db=3)
-    yield client
-    client.close()
-
-
-@pytest.fixture
 def start_worker(
     urls: dict[str, str], coord: redis.Redis, worker_process: Callable[..., WorkerProcess]
 ) -> Callable[..., WorkerProcess]:
-    """``start_worker("-c", "1")``: a prefork worker running ``WORKER_SOURCE``."""
-    coord_url = urls["locks"].rsplit("/", 1)[0] + "/3"
-    source = WORKER_SOURCE.format(
-        broker=urls["broker"], backend=urls["backend"], locks=urls["locks"], coord=coord_url
-    )
+    """``start_worker("-c", "1")``: a prefork worker running ``TASKS``."""
+    source = worker_module(urls, "lifecycle", TASKS)
 
     def start(*args: str) -> WorkerProcess:
         return worker_process(source, *args)
@@ -108,20 +69,6 @@ def start_worker(
 def client_app(make_app: Callable[..., Celery]) -> Celery:
     """The sending side: same broker and backend as the worker, no tasks of its own."""
     return make_app()
-
-
-def wait_started(
-    coord: redis.Redis, tag: str, count: int = 1, timeout: float = 15.0
-) -> list[tuple[int, str]]:
-    """``(pid, task id)`` of the first ``count`` executions of ``tag`` to start."""
-    started = poll(lambda: len(coord.lrange(f"started:{tag}", 0, -1)) >= count, timeout)
-    assert started, f"{count} execution(s) of {tag!r} did not start within {timeout}s"
-    entries = [entry.decode().split() for entry in coord.lrange(f"started:{tag}", 0, -1)]
-    return [(int(pid), task_id) for pid, task_id in entries]
-
-
-def open_gate(coord: redis.Redis, tag: str, times: int = 2) -> None:
-    coord.rpush(f"gate:{tag}", *["go"] * times)
 
 
 def the_lock(locks: redis.Redis) -> tuple[str, str, int]:

@@ -22,31 +22,9 @@ import celery_redislock  # noqa: F401  (registers the inspect command in this cl
 from celery_redislock import DuplicateTaskError
 from celery_redislock.stats import COUNTER_NAMES
 
-from .conftest import WorkerProcess, poll
-from .test_prefork_lifecycle import coord, open_gate, wait_started
+from .conftest import WorkerProcess, open_gate, poll, wait_started, worker_module
 
-__all__ = ["coord"]  # a fixture, used by name
-
-WORKER_SOURCE = """
-import os
-
-import redis
-from celery import Celery
-
-from celery_redislock import SingletonTask
-
-app = Celery("stats")
-app.conf.update(
-    broker_url={broker!r},
-    result_backend={backend!r},
-    redislock_url={locks!r},
-    broker_connection_retry_on_startup=False,
-    task_default_queue="celery",
-    result_expires=None,
-)
-coord = redis.Redis.from_url({coord!r}, socket_timeout=None)
-
-
+TASKS = """
 @app.task(base=SingletonTask, name="stats.quick")
 def quick(n):
     return os.getpid()
@@ -54,9 +32,7 @@ def quick(n):
 
 @app.task(base=SingletonTask, bind=True, name="stats.held", lock_timeout=300)
 def held(self, tag):
-    coord.rpush("started:" + tag, f"{{os.getpid()}} {{self.request.id}}")
-    if coord.blpop("gate:" + tag, timeout=60) is None:
-        raise RuntimeError("the test never opened gate:" + tag)
+    hold(self, tag)
     return os.getpid()
 """
 
@@ -95,10 +71,7 @@ def test_inspect_redislock_stats_sums_the_counters_of_every_prefork_child(
     make_app: Callable[..., Celery],
     worker_process: Callable[..., WorkerProcess],
 ) -> None:
-    coord_url = urls["locks"].rsplit("/", 1)[0] + "/3"
-    source = WORKER_SOURCE.format(
-        broker=urls["broker"], backend=urls["backend"], locks=urls["locks"], coord=coord_url
-    )
+    source = worker_module(urls, "stats", TASKS)
     node = f"stats-{uuid.uuid4().hex[:8]}@test"
     proc = worker_process(source, "-c", "2", "-n", node)
     client = make_app()
