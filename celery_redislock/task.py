@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -306,6 +307,9 @@ class SingletonTask(Task[Any, Any]):
     ) -> Any:
         """With ``lock_on="enqueue"``, take the lock before publishing: a call whose key is
         already queued or running publishes nothing and returns the holder's AsyncResult."""
+        if not self._may_lock_at_enqueue() or self.app.conf.task_always_eager or rest:
+            # Most tasks lock at execution: sending them needs no lock settings, no Redis.
+            return super().apply_async(args, kwargs, task_id, *rest, **options)
         queue = options.get("queue")
         queue_name = getattr(queue, "name", queue)
         runtime = runtime_for(self.app)
@@ -329,6 +333,15 @@ class SingletonTask(Task[Any, Any]):
             # Nothing was sent: nobody will take the lock over.
             runtime.engine.release(key, queued)
             raise
+
+    def _may_lock_at_enqueue(self) -> bool:
+        """False when no layer can make this task lock at enqueue (the resolved plan decides
+        the rest): the task's own setting wins, else any app or queue layer may ask for it."""
+        if self.lock_on is not None:
+            return self.lock_on == "enqueue"
+        conf = self.app.conf
+        layers = [conf.get("redislock_options"), *(conf.get("redislock_queues") or {}).values()]
+        return any(isinstance(layer, Mapping) and layer.get("lock_on") == "enqueue" for layer in layers)
 
     def _enqueue_unlocked(
         self,

@@ -116,3 +116,13 @@ def test_a_message_whose_lock_expired_while_queued_still_runs_once(
         assert {first.id: first, slipped.id: slipped}[ran[0]].get(timeout=10) == "synced"
     assert len(ran) == 1 and outcomes == ["skipped"]
     assert lock_keys(locks) == []
+
+
+def test_sending_a_task_that_locks_at_execution_needs_no_lock_settings(make_app: Any) -> None:
+    # A producer-only app: an in-memory broker and no Redis URL anywhere.
+    app = make_app(broker_url="memory://", result_backend=None, redislock_url=None)
+
+    @app.task(base=SingletonTask, shared=False)
+    def rebuild(tenant: int) -> None: ...
+
+    assert rebuild.delay(1).id
