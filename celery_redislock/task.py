@@ -42,6 +42,12 @@ logger = logging.getLogger("celery_redislock.task")
 #: Message header carrying the lock key of a task locked at enqueue.
 KEY_HEADER = "redislock_key"
 
+#: How the re-queued copy of a task that found Redis unreachable is published. Redis is often the
+#: broker too, and then it is down just as long: Celery's default policy gives up within a second
+#: and the task would be dropped (``Reject``). This one waits for the broker as long as it takes,
+#: a WARNING per failed attempt, so the task is never lost.
+BROKER_WAIT_INTERVAL_MAX = 5.0
+
 # The "wait" strategy re-tries at least this often even without a release notice, in case the
 # holder died and its lock expired (an expiry publishes nothing).
 WAIT_FALLBACK_POLL = 1.0
@@ -230,8 +236,34 @@ class SingletonTask(Task[Any, Any]):
             )
             # Not bounded by the task's max_retries: it has not run yet, and running out of
             # retries would drop it. (These retries still count in request.retries.)
-            raise self.retry(countdown=options.retry_countdown, exc=error, max_retries=sys.maxsize) from exc
+            raise self.retry(
+                countdown=options.retry_countdown,
+                exc=error,
+                max_retries=sys.maxsize,
+                retry_policy=self._broker_wait_policy(),
+            ) from exc
         raise error from exc
+
+    def _broker_wait_policy(self) -> dict[str, Any]:
+        """A publish retry policy that waits for an unreachable broker until it is back."""
+        name, task_id = self.name, self._task_id
+
+        def errback(exc: BaseException, interval: float) -> None:
+            logger.warning(
+                "Could not re-queue %s[%s]: the broker is unreachable (%r); trying again in %.1fs",
+                name,
+                task_id,
+                exc,
+                interval,
+            )
+
+        return {
+            "max_retries": None,  # kombu's Connection.ensure: retry for ever
+            "interval_start": 0.2,
+            "interval_step": 0.5,
+            "interval_max": BROKER_WAIT_INTERVAL_MAX,
+            "errback": errback,
+        }
 
     # -- releasing it ---------------------------------------------------------------------
 

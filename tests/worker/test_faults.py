@@ -1,0 +1,88 @@
+"""Faults on real workers and real redis-servers that the tests stop, start and restart (SPEC 2-4).
+
+Redis outages (the lock Redis alone, or the one Redis that is both broker and lock store), a
+Redis restart without persistence under held locks, and the broker's visibility timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+from celery import Celery
+
+from celery_redislock.testing import RedisServer
+
+from .conftest import WorkerProcess, lock_keys, open_gate, poll, wait_started, worker_module
+
+TASKS = """
+class Gated(SingletonTask):
+    # The first run stops before its lock is taken, after its message was acknowledged, until
+    # the test opens gate:<tag>-start: so a test can take Redis down at exactly that point.
+    def before_start(self, task_id, args, kwargs):
+        if self.request.retries == 0:
+            hold(self, args[0] + "-start")
+
+
+@app.task(base=SingletonTask, bind=True, name="faults.held", lock_timeout=2)
+def held(self, tag):
+    return hold(self, tag)
+
+
+@app.task(base=Gated, bind=True, name="faults.gated", retry_countdown=0.5, max_retries=0)
+def gated(self, tag):
+    coord.rpush("ran:" + tag, self.request.id)
+    return "ran " + tag
+"""
+
+
+@pytest.fixture
+def durable_server() -> Iterator[RedisServer]:
+    """A redis-server of its own that keeps its data across stop/start (append-only file),
+    as a production broker does: its queues survive the outage."""
+    with RedisServer(extra_args=["--appendonly", "yes", "--appendfsync", "always"]) as server:
+        yield server
+
+
+def test_redis_that_is_broker_and_lock_store_down_when_a_task_starts_loses_nothing(
+    urls: dict[str, str],
+    durable_server: RedisServer,
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    base = durable_server.url.rsplit("/", 1)[0]
+    shared = {**urls, "broker": f"{base}/0", "locks": f"{base}/2"}  # results, coord: elsewhere
+    proc = worker_process(worker_module(shared, "faults", TASKS), "-c", "2")
+    client = make_app(broker_url=shared["broker"], redislock_url=shared["locks"])
+    locks = durable_server.client(db=2)
+
+    holding = client.send_task("faults.held", args=["a"])
+    wait_started(coord, "a")
+    [key] = lock_keys(locks)
+    late = client.send_task("faults.gated", args=["b"])
+    wait_started(coord, "b-start")  # acknowledged, lock not yet taken: nothing reserved
+
+    durable_server.stop()
+    open_gate(coord, "a")  # "a" ends with Redis down: its release fails, the worker carries on
+    release = f"Could not release lock {key.decode()}"
+    assert poll(lambda: release in proc.log(), 15), proc.log()
+    assert holding.get(timeout=10) == "done a"
+
+    open_gate(coord, "b-start")  # "b" starts with Redis down: re-queued, waiting for the broker
+    waiting = f"Could not re-queue faults.gated[{late.id}]: the broker is unreachable"
+    # More failed publishes than Celery's default retry policy allows (3) before it drops a task.
+    assert poll(lambda: proc.log().count(waiting) >= 5, 60), proc.log()
+    assert coord.lrange("ran:b", 0, -1) == []
+
+    durable_server.start()
+    assert late.get(timeout=60) == "ran b"  # nothing lost: it ran once Redis was back
+    assert coord.lrange("ran:b", 0, -1) == [late.id.encode()]
+    assert f"Retrying faults.gated[{late.id}]" in proc.log()
+    assert "reject requeue=False" not in proc.log()  # what Celery does when its retry publish fails
+    # The lock "a" could not release was kept by Redis's append-only file: its TTL frees it.
+    assert poll(lambda: not locks.exists(key), 10)
+    assert lock_keys(locks) == []
+    assert proc.process.poll() is None
+    locks.close()
