@@ -209,7 +209,11 @@ class SingletonTask(Task[Any, Any]):
         )
         if request.is_eager:
             raise error  # no backend to store in: the EagerResult carries the error
-        if not self.ignore_result or request.chord:
+        # A copy of this very message delivered again (the Redis broker's visibility timeout)
+        # shares the task id with the execution holding the lock: that one stores the result,
+        # which a FAILURE stored now would pre-empt for a caller waiting on it.
+        redelivered = task_id_of(error.holder) == self._task_id
+        if not redelivered and (not self.ignore_result or request.chord):
             self.backend.mark_as_failure(self._task_id, error, request=request, call_errbacks=False)
         raise Ignore()
 

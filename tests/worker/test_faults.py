@@ -86,3 +86,64 @@ def test_redis_that_is_broker_and_lock_store_down_when_a_task_starts_loses_nothi
     assert lock_keys(locks) == []
     assert proc.process.poll() is None
     locks.close()
+
+
+#: Seconds a message may stay unacknowledged before the Redis transport gives it out again.
+VISIBILITY_TIMEOUT = 1
+
+LATE = f"""
+app.conf.broker_transport_options = {{"visibility_timeout": {VISIBILITY_TIMEOUT}}}
+
+
+@app.task(base=SingletonTask, bind=True, name="faults.late", acks_late=True, lock_timeout=60)
+def late(self, tag):
+    return hold(self, tag)
+"""
+
+
+def restore_visible(app: Celery) -> None:
+    """Give out again every message unacknowledged for longer than the visibility timeout: what
+    kombu's Redis transport does in every consumer, every ``unacked_restore_interval``."""
+    with app.connection_for_write() as conn:
+        conn.default_channel.qos.restore_visible(num=100, interval=1)
+
+
+def test_a_copy_redelivered_after_the_visibility_timeout_is_a_skipped_duplicate(
+    urls: dict[str, str],
+    redislock_server: RedisServer,
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    proc = worker_process(worker_module(urls, "faults", TASKS + LATE), "-c", "2")
+    client = make_app(broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT})
+    broker = redislock_server.client(db=0)
+    result = client.send_task("faults.late", args=["v"])
+    [(_, task_id)] = wait_started(coord, "v")
+    [key] = lock_keys(locks)
+    holder = locks.get(key)
+    assert holder is not None and holder.decode().startswith(f"{task_id}@")
+    skipped = f"Skipped duplicate faults.late[{task_id}]: {key.decode()} is held by {holder.decode()}"
+
+    def redelivered() -> bool:
+        restore_visible(client)
+        return skipped in proc.log()
+
+    # Polled: the message becomes visible again once it has been unacknowledged long enough.
+    assert poll(redelivered, 20, interval=0.2), proc.log()
+    assert proc.log().count(f"Task faults.late[{task_id}] received") >= 2
+    assert [tid for _, tid in wait_started(coord, "v")] == [task_id]  # the copy's body never ran
+    assert locks.get(key) == holder  # not a re-entry: the original still holds it
+    # The caller of the original still waits for its result: the skip stored no FAILURE over it.
+    assert result.state == "PENDING"
+
+    open_gate(coord, "v")
+    assert result.get(timeout=10) == "done v"
+    assert poll(lambda: lock_keys(locks) == [], 5)
+    # Acknowledged: nothing unacknowledged or queued is left to give out again.
+    assert poll(lambda: broker.hlen("unacked") == 0 and broker.zcard("unacked_index") == 0, 5)
+    restore_visible(client)
+    assert broker.llen("celery") == 0
+    assert len(wait_started(coord, "v")) == 1
+    broker.close()
