@@ -12,9 +12,10 @@ import pytest
 import redis
 from celery import Celery
 
+from celery_redislock import DuplicateTaskError
 from celery_redislock.testing import RedisServer
 
-from .conftest import WorkerProcess, lock_keys, open_gate, poll, wait_started, worker_module
+from .conftest import WorkerProcess, lock_keys, open_gate, poll, stats_of, wait_started, worker_module
 
 TASKS = """
 class Gated(SingletonTask):
@@ -147,3 +148,78 @@ def test_a_copy_redelivered_after_the_visibility_timeout_is_a_skipped_duplicate(
     assert broker.llen("celery") == 0
     assert len(wait_started(coord, "v")) == 1
     broker.close()
+
+
+def level_of(log: str, message: str) -> str:
+    """The level of the worker log line carrying ``message`` (``[time: LEVEL/process] message``)."""
+    [line] = [line for line in log.splitlines() if message in line]
+    return line.split(": ", 1)[1].split("/", 1)[0]
+
+
+def seed_dataset(server: RedisServer, db: int, values: dict[str, str]) -> None:
+    """Make ``server``'s next start load ``values`` (a dump.rdb in its directory, written by a
+    scratch server): what another client wrote there in the instant Redis was back."""
+    with RedisServer(workdir=str(server.workdir)) as scratch:
+        client = scratch.client(db=db)
+        client.mset(values)
+        client.save()
+        client.close()
+
+
+def test_a_redis_restart_without_persistence_under_held_locks(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    with RedisServer() as lock_server:
+        node = "restart@test"
+        proc = worker_process(
+            worker_module({**urls, "locks": lock_server.url}, "faults", TASKS), "-c", "3", "-n", node
+        )
+        client = make_app(redislock_url=lock_server.url)
+        locks = lock_server.client()
+        kept = client.send_task("faults.held", args=["x"])
+        stolen = client.send_task("faults.held", args=["y"])
+        started = dict((tid, pid) for pid, tid in wait_started(coord, "x") + wait_started(coord, "y"))
+        assert set(started) == {kept.id, stolen.id}
+        held = {str(locks.get(key), "utf-8"): key.decode() for key in lock_keys(locks)}
+        [(x_holder, x_key)] = [(h, k) for h, k in held.items() if h.startswith(f"{kept.id}@")]
+        [(y_holder, y_key)] = [(h, k) for h, k in held.items() if h.startswith(f"{stolen.id}@")]
+        before = stats_of(client, node)
+        assert before is not None
+
+        # Redis restarts without persistence: both locks are gone, and another client has
+        # taken y's key by the time the worker's renewal timer gets to it.
+        lock_server.stop()
+        seed_dataset(lock_server, 0, {y_key: "intruder"})
+        lock_server.start()
+
+        retaken = f"Lock {x_key} was gone (expired, or Redis lost it) while {x_holder} held it: taken back"
+        lost = f"Lost lock {y_key} held by {y_holder}: it is now held by intruder"
+        assert poll(lambda: retaken in proc.log() and lost in proc.log(), 10), proc.log()
+        assert level_of(proc.log(), retaken) == level_of(proc.log(), lost) == "ERROR"
+        assert locks.get(x_key) == x_holder.encode() and locks.get(y_key) == b"intruder"
+
+        def counted() -> bool:
+            after = stats_of(client, node)
+            assert after is not None
+            grew = {name: after["counters"][name] - before["counters"][name] for name in ("retaken", "lost")}
+            return grew == {"retaken": 1, "lost": 1}
+
+        assert poll(counted, 10)
+
+        # The re-taken lock still guards its task: a duplicate sent now is skipped.
+        with pytest.raises(DuplicateTaskError) as caught:
+            client.send_task("faults.held", args=["x"]).get(timeout=10)
+        assert caught.value.holder == x_holder
+        assert len(wait_started(coord, "x")) == 1
+
+        open_gate(coord, "x")
+        open_gate(coord, "y")
+        assert kept.get(timeout=10) == "done x" and stolen.get(timeout=10) == "done y"
+        # x released its lock; y's release leaves the other holder's lock alone (and says so).
+        assert poll(lambda: not locks.exists(x_key), 5)
+        assert poll(lambda: f"Lock {y_key} was no longer held by {y_holder} at release" in proc.log(), 5)
+        assert locks.get(y_key) == b"intruder"
+        locks.close()
