@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import redis
-from celery import Celery, Task
+from celery import Celery, Task, states
+from celery.backends.base import DisabledBackend
 from celery.exceptions import Ignore, Retry
 from celery.utils import uuid
 
@@ -126,6 +127,10 @@ class SingletonTask(Task[Any, Any]):
         options = plan.options
         request = self.request
         holder = holder_id(self._task_id, request.hostname)
+        if request.retries and self._finished():
+            # A re-queued copy (above) whose original has finished meanwhile: nothing to do.
+            logger.info("Dropped redelivered %s[%s]: it has finished already", self.name, request.id)
+            raise Ignore()
         try:
             result = self._try_acquire(runtime, options, key, holder)
             if not result.acquired and self._held_by_dead_delivery(result.holder):
@@ -133,10 +138,13 @@ class SingletonTask(Task[Any, Any]):
                 # (reject_on_worker_lost) without telling anyone: not a duplicate, take over.
                 runtime.engine.release(key, result.holder)
                 result = self._try_acquire(runtime, options, key, holder)
-            if not result.acquired and options.on_duplicate == "wait":
+            redelivered = not result.acquired and task_id_of(result.holder) == self._task_id
+            if not result.acquired and not redelivered and options.on_duplicate == "wait":
                 result = self._wait(runtime, options, key, holder)
         except redis.RedisError as exc:
             return self._on_redis_error(runtime, options, key, exc)
+        if redelivered:
+            self._on_redelivered(options, key, result.holder)  # raises
         if not result.acquired:
             self._on_duplicate(options, key, result.holder)  # raises
         counters.incr("acquired")
@@ -177,6 +185,48 @@ class SingletonTask(Task[Any, Any]):
         finally:
             pubsub.close()
 
+    def _on_redelivered(self, options: LockOptions, key: str, holder: str) -> None:
+        """Another delivery of this very message holds the lock: a copy given out again by the
+        Redis broker's visibility timeout while the original runs, or a message re-queued after
+        its child died on another worker (whose lock only expires). Not run now; not dropped
+        either, since the holder may never finish: re-queued to look again once the lock may have
+        moved, and dropped then if that task id has finished meanwhile."""
+        request = self.request
+        error = DuplicateTaskError(self.name, self._task_id, key, holder)
+        if request.is_eager:
+            self._skip(error)
+        counters.incr("retried")
+        countdown = options.renew_interval_s
+        logger.info(
+            "Re-queued redelivered %s[%s] in %ss: %s is held by its other delivery %s",
+            self.name,
+            request.id,
+            countdown,
+            key,
+            holder,
+        )
+        # Published like a retry (same task id, waits for the broker), but no RETRY state is
+        # stored: that would overwrite the result the holder may store in the meantime.
+        self.retry(
+            countdown=countdown,
+            exc=error,
+            throw=False,
+            max_retries=sys.maxsize,
+            retry_policy=self._broker_wait_policy(),
+        )
+        raise Ignore()
+
+    def _finished(self) -> bool:
+        """Whether this task id already has a final result (a re-queued copy is then dropped)."""
+        if self.ignore_result or isinstance(self.backend, DisabledBackend):
+            return False
+        try:
+            state = self.backend.get_task_meta(self._task_id).get("status")
+        except Exception as exc:  # the result store is not the lock's business: run it
+            logger.warning("Could not read the state of %s[%s]: %r", self.name, self._task_id, exc)
+            return False
+        return state in states.READY_STATES
+
     def _on_duplicate(self, options: LockOptions, key: str, holder: str) -> None:
         request = self.request
         error = DuplicateTaskError(self.name, self._task_id, key, holder)
@@ -209,11 +259,7 @@ class SingletonTask(Task[Any, Any]):
         )
         if request.is_eager:
             raise error  # no backend to store in: the EagerResult carries the error
-        # A copy of this very message delivered again (the Redis broker's visibility timeout)
-        # shares the task id with the execution holding the lock: that one stores the result,
-        # which a FAILURE stored now would pre-empt for a caller waiting on it.
-        redelivered = task_id_of(error.holder) == self._task_id
-        if not redelivered and (not self.ignore_result or request.chord):
+        if not self.ignore_result or request.chord:
             self.backend.mark_as_failure(self._task_id, error, request=request, call_errbacks=False)
         raise Ignore()
 

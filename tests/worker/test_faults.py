@@ -6,6 +6,8 @@ Redis restart without persistence under held locks, and the broker's visibility 
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -96,7 +98,7 @@ LATE = f"""
 app.conf.broker_transport_options = {{"visibility_timeout": {VISIBILITY_TIMEOUT}}}
 
 
-@app.task(base=SingletonTask, bind=True, name="faults.late", acks_late=True, lock_timeout=60)
+@app.task(base=SingletonTask, bind=True, name="faults.late", acks_late=True, lock_timeout=3)
 def late(self, tag):
     return hold(self, tag)
 """
@@ -109,7 +111,7 @@ def restore_visible(app: Celery) -> None:
         conn.default_channel.qos.restore_visible(num=100, interval=1)
 
 
-def test_a_copy_redelivered_after_the_visibility_timeout_is_a_skipped_duplicate(
+def test_a_copy_redelivered_after_the_visibility_timeout_waits_for_the_original(
     urls: dict[str, str],
     redislock_server: RedisServer,
     coord: redis.Redis,
@@ -125,29 +127,69 @@ def test_a_copy_redelivered_after_the_visibility_timeout_is_a_skipped_duplicate(
     [key] = lock_keys(locks)
     holder = locks.get(key)
     assert holder is not None and holder.decode().startswith(f"{task_id}@")
-    skipped = f"Skipped duplicate faults.late[{task_id}]: {key.decode()} is held by {holder.decode()}"
+    requeued = (
+        f"Re-queued redelivered faults.late[{task_id}] in 1.0s: {key.decode()} "
+        f"is held by its other delivery {holder.decode()}"
+    )
 
     def redelivered() -> bool:
         restore_visible(client)
-        return skipped in proc.log()
+        return requeued in proc.log()
 
     # Polled: the message becomes visible again once it has been unacknowledged long enough.
     assert poll(redelivered, 20, interval=0.2), proc.log()
     assert proc.log().count(f"Task faults.late[{task_id}] received") >= 2
     assert [tid for _, tid in wait_started(coord, "v")] == [task_id]  # the copy's body never ran
     assert locks.get(key) == holder  # not a re-entry: the original still holds it
-    # The caller of the original still waits for its result: the skip stored no FAILURE over it.
+    # The caller of the original still waits for its result: the copy stored nothing over it.
     assert result.state == "PENDING"
 
     open_gate(coord, "v")
     assert result.get(timeout=10) == "done v"
     assert poll(lambda: lock_keys(locks) == [], 5)
+    # The re-queued copy comes back, finds the task finished and is dropped, not run again.
+    dropped = f"Dropped redelivered faults.late[{task_id}]: it has finished already"
+    assert poll(lambda: dropped in proc.log(), 10), proc.log()
     # Acknowledged: nothing unacknowledged or queued is left to give out again.
     assert poll(lambda: broker.hlen("unacked") == 0 and broker.zcard("unacked_index") == 0, 5)
     restore_visible(client)
     assert broker.llen("celery") == 0
     assert len(wait_started(coord, "v")) == 1
+    assert result.state == "SUCCESS"
     broker.close()
+
+
+def test_a_message_redelivered_after_its_worker_was_killed_runs_on_another_worker(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    # Its lock names the dead worker's node, so the other worker cannot tell it is dead: it must
+    # neither run it at once (the holder could be alive) nor drop it (it never finishes).
+    source = worker_module(urls, "faults", TASKS + LATE)
+    first = worker_process(source, "-c", "1", "-n", "first@test")
+    client = make_app(broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT})
+    result = client.send_task("faults.late", args=["k"])
+    [(child, task_id)] = wait_started(coord, "k")
+    [key] = lock_keys(locks)
+    for pid in [first.pid, child]:
+        os.kill(pid, signal.SIGKILL)
+    first.process.wait(10)
+    second = worker_process(source, "-c", "1", "-n", "second@test")
+
+    def redelivered() -> bool:
+        restore_visible(client)
+        return f"Re-queued redelivered faults.late[{task_id}]" in second.log()
+
+    assert poll(redelivered, 20, interval=0.2), second.log()
+    open_gate(coord, "k")
+    # Runs once the dead worker's lock has expired (lock_timeout 3 s).
+    assert result.get(timeout=30) == "done k"
+    started = wait_started(coord, "k", count=2)
+    assert [tid for _, tid in started] == [task_id, task_id]
+    assert locks.get(key) is None
 
 
 def level_of(log: str, message: str) -> str:
