@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import Any, Union
 
 import redis
+from redis.cluster import RedisCluster
 
-__all__ = ["AcquireResult", "AcquireStatus", "Lease", "LockEngine", "RenewReport"]
+__all__ = [
+    "AcquireResult",
+    "AcquireStatus",
+    "ClusterLockEngine",
+    "Lease",
+    "LockEngine",
+    "LockInfo",
+    "RenewReport",
+    "make_engine",
+]
+
+#: A client of one Redis (or of a Sentinel-managed master), or of a Redis Cluster.
+Client = Union[redis.Redis, RedisCluster]
 
 
 def _load_script(name: str) -> str:
@@ -68,6 +82,15 @@ class RenewReport:
         self.stolen += other.stolen
 
 
+@dataclass(frozen=True)
+class LockInfo:
+    """A lock key as found: its holder id (None: gone, or not a lock) and Redis' PTTL."""
+
+    key: str
+    holder: str | None
+    ttl_ms: int
+
+
 def as_text(value: bytes | str) -> str:
     """A reply as str, whether the client decodes responses or not."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
@@ -81,7 +104,7 @@ class LockEngine:
     holder id of.
     """
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: Client) -> None:
         self.client = client
         self._acquire = client.register_script(_ACQUIRE)
         self._release = client.register_script(_RELEASE)
@@ -146,16 +169,138 @@ class LockEngine:
         args: list[str] = []
         for lease in batch:
             args += (lease.holder, _ttl(lease.ttl_ms))
-        replies = self._renew(keys=[lease.key for lease in batch], args=args)
+        return _renew_report(batch, self._renew(keys=[lease.key for lease in batch], args=args))
+
+    # -- many keys at once: listing and purging (the CLI) ------------------------------------
+
+    def scan(self, match: str, count: int) -> Iterator[bytes | str]:
+        """Every key matching the glob ``match``, SCAN ``count`` at a time (never KEYS, which
+        blocks Redis); a key may come twice, as SCAN promises no more."""
+        yield from self.client.scan_iter(match=match, count=count)
+
+    def inspect(self, keys: Sequence[bytes | str]) -> list[LockInfo]:
+        """Holder id and PTTL of each key, in one pipeline (one round trip per Redis node)."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.get(key)
+            pipe.pttl(key)
+        replies = pipe.execute(raise_on_error=False)
+        found = []
+        for key, value, pttl in zip(keys, replies[::2], replies[1::2]):
+            # A value that is not a string (WRONGTYPE) or a key gone since (None, PTTL -2): no lock.
+            holder = as_text(value) if isinstance(value, (bytes, str)) and pttl != -2 else None
+            found.append(LockInfo(as_text(key), holder, pttl if isinstance(pttl, int) else -2))
+        return found
+
+    def delete_many(
+        self, keys: Sequence[bytes | str], notify: Callable[[str], str] | None = None
+    ) -> list[bool]:
+        """UNLINK each key whoever holds it, and PUBLISH it on ``notify(key)`` as a release
+        does, for waiters; one pipeline (one round trip per node). Returns which were deleted."""
+        return _delete_many(self.client, keys, notify)
+
+
+class ClusterLockEngine(LockEngine):
+    """A LockEngine on a Redis Cluster. A lock is one key, so one slot: acquire, release and
+    transfer go to the key's node as they are. The batched renewal cannot name keys of many
+    slots as KEYS (Redis answers CROSSSLOT), so it groups the leases by node and sends each
+    node one script call with its keys in ARGV, to that node (``target_nodes``)."""
+
+    client: RedisCluster
+
+    def renew_many(self, leases: Iterable[Lease]) -> RenewReport:
         report = RenewReport()
-        for lease, reply in zip(batch, replies):
-            if reply == 1:
-                report.renewed.append(lease)
-            elif reply == 2:
-                report.retaken.append(lease)
-            else:
-                report.stolen.append((lease, as_text(reply)))
+        failed: list[Lease] = []
+        error: redis.RedisError | None = None
+        for batch in self._partition(leases):
+            try:
+                report.merge(self._renew_batch(batch))
+            except redis.RedisError as exc:  # this node only: the others are still renewed
+                failed += batch
+                error = exc
+        if error is not None:
+            # A failover or a resharding moved slots: learn the slot map again, retry once.
+            self.client.nodes_manager.initialize()
+            for batch in self._partition(failed):
+                report.merge(self._renew_batch(batch))
         return report
+
+    def _partition(self, leases: Iterable[Lease]) -> Iterator[Sequence[Lease]]:
+        by_node: dict[str, list[Lease]] = {}
+        for lease in leases:
+            by_node.setdefault(self._node_of(lease.key).name, []).append(lease)
+        yield from by_node.values()
+
+    def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
+        node = self._node_of(batch[0].key)
+        args: list[str] = []
+        for lease in batch:
+            args += (lease.key, lease.holder, _ttl(lease.ttl_ms))
+        try:
+            replies = self._renew_on(node, args)
+        except redis.exceptions.NoScriptError:
+            self.client.script_load(self._renew.script)  # on every primary
+            replies = self._renew_on(node, args)
+        return _renew_report(batch, replies)
+
+    def _renew_on(self, node: Any, args: Sequence[str]) -> Any:
+        execute = self.client.execute_command
+        return execute("EVALSHA", self._renew.sha, 0, *args, target_nodes=node)  # type: ignore[no-untyped-call]
+
+    def _node_of(self, key: str) -> Any:
+        """The primary serving ``key``'s slot, as the client's slot map says."""
+        return self.client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+
+    def scan(self, match: str, count: int) -> Iterator[bytes | str]:
+        # SCAN walks one node's keyspace: walk every primary's.
+        for node in self.client.get_primaries():  # type: ignore[no-untyped-call]
+            yield from self.client.scan_iter(match=match, count=count, target_nodes=node)
+
+    def delete_many(
+        self, keys: Sequence[bytes | str], notify: Callable[[str], str] | None = None
+    ) -> list[bool]:
+        # A cluster pipeline refuses PUBLISH: send each node's keys through that node's own
+        # client instead (PUBLISH reaches subscribers on every node), one pipeline per node.
+        by_node: dict[str, tuple[Any, list[int]]] = {}
+        for index, key in enumerate(keys):
+            node = self._node_of(as_text(key))
+            by_node.setdefault(node.name, (node, []))[1].append(index)
+        deleted = [False] * len(keys)
+        for node, indexes in by_node.values():
+            node_client = self.client.get_redis_connection(node)
+            for index, gone in zip(indexes, _delete_many(node_client, [keys[i] for i in indexes], notify)):
+                deleted[index] = gone
+        return deleted
+
+
+def _delete_many(
+    client: Client, keys: Sequence[bytes | str], notify: Callable[[str], str] | None
+) -> list[bool]:
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.unlink(key)
+        if notify is not None:
+            pipe.publish(notify(as_text(key)), key)
+    replies = pipe.execute()
+    step = 1 if notify is None else 2
+    return [bool(deleted) for deleted in replies[::step]]
+
+
+def make_engine(client: Client) -> LockEngine:
+    """The engine for ``client``: a ClusterLockEngine for a RedisCluster."""
+    return ClusterLockEngine(client) if isinstance(client, RedisCluster) else LockEngine(client)
+
+
+def _renew_report(batch: Sequence[Lease], replies: Any) -> RenewReport:
+    report = RenewReport()
+    for lease, reply in zip(batch, replies):
+        if reply == 1:
+            report.renewed.append(lease)
+        elif reply == 2:
+            report.retaken.append(lease)
+        else:
+            report.stolen.append((lease, as_text(reply)))
+    return report
 
 
 def _ttl(ttl_ms: int) -> str:

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import redis
 from celery import Celery
 
-from .engine import LockEngine
+from .connection import client_factory
+from .engine import LockEngine, make_engine
 from .keys import KeyBuilder
 from .options import (
     OPTION_NAMES,
@@ -79,15 +79,35 @@ class Runtime:
         app.conf.add_defaults(SETTING_DEFAULTS)
         self.app = app
         self.settings: AppSettings = read_settings(app.conf)
-        client = redis.Redis.from_url(
+        # One Redis, the master of a Sentinel set, or a Redis Cluster, by the URL's form. The
+        # URL is checked now; the client is made on first use (a cluster client connects).
+        self._connect = client_factory(
             self.settings.url,
+            self.settings.transport_options,
             socket_connect_timeout=SOCKET_TIMEOUT,
             socket_timeout=SOCKET_TIMEOUT,
             health_check_interval=30,
         )
-        self.engine = LockEngine(client)
+        self._engine: LockEngine | None = None
         self._plans: dict[tuple[str, str | None], Plan] = {}
         self._mutex = threading.Lock()
+
+    @property
+    def engine(self) -> LockEngine:
+        """The app's lock engine, made on first use: a cluster client connects as it is made,
+        and an unreachable Redis must be a RedisError where a lock is taken, not at start."""
+        engine = self._engine
+        if engine is None:
+            with self._mutex:
+                if self._engine is None:
+                    self._engine = make_engine(self._connect())
+                engine = self._engine
+        return engine
+
+    @engine.setter
+    def engine(self, engine: LockEngine) -> None:
+        # Tests and benchmarks put in an engine on a client of their own (one that counts).
+        self._engine = engine
 
     def plan(self, task: Any, queue: str | None) -> Plan:
         """Options and key builder for ``task`` consumed from ``queue`` (cached)."""
