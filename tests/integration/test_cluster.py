@@ -15,12 +15,6 @@ from celery_redislock.testing import ClusterSet, counting_cluster_client
 
 
 @pytest.fixture
-def cluster(redislock_cluster: ClusterSet) -> Iterator[ClusterSet]:
-    yield redislock_cluster
-    redislock_cluster.flush()
-
-
-@pytest.fixture
 def client(cluster: ClusterSet) -> Iterator[RedisCluster]:
     client = make_client(cluster.url)
     assert isinstance(client, RedisCluster)

@@ -13,12 +13,6 @@ from celery_redislock.testing import SentinelSet
 
 
 @pytest.fixture
-def sentinels(redislock_sentinel: SentinelSet) -> Iterator[SentinelSet]:
-    yield redislock_sentinel
-    redislock_sentinel.flush()
-
-
-@pytest.fixture
 def engine(sentinels: SentinelSet) -> Iterator[LockEngine]:
     client = make_client(sentinels.url, sentinels.transport_options, socket_timeout=5)
     yield make_engine(client)

@@ -6,7 +6,7 @@ back) and a duplicate sent after it is still skipped."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -127,12 +127,6 @@ def test_core_behaviour_on_every_pool(
 # -- Sentinel ---------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def sentinels(redislock_sentinel: SentinelSet) -> Iterator[SentinelSet]:
-    yield redislock_sentinel
-    redislock_sentinel.flush()
-
-
 @pytest.mark.slow
 def test_sentinel_core_behaviour_and_a_failover_mid_task(
     sentinels: SentinelSet, make_app: Any, worker_process: Any, urls: dict[str, str], coord: redis.Redis
@@ -156,12 +150,6 @@ def test_sentinel_core_behaviour_and_a_failover_mid_task(
 
 
 # -- Cluster ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def cluster(redislock_cluster: ClusterSet) -> Iterator[ClusterSet]:
-    yield redislock_cluster
-    redislock_cluster.flush()
 
 
 @pytest.mark.slow
