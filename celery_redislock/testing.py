@@ -41,6 +41,7 @@ __all__ = [
     "counting_cluster_client",
     "find_redis_server",
     "free_port",
+    "free_ports",
 ]
 
 
@@ -77,6 +78,20 @@ def free_port(bus: bool = False) -> int:
             return port
         if port + 10000 < 65536 and _free(port + 10000):
             return port
+
+
+def free_ports(count: int, bus: bool = False) -> list[int]:
+    """``count`` distinct free ports (and, with ``bus``, their + 10000 ports, none shared):
+    servers of one set are started one by one, so nothing holds a port chosen for the next."""
+    chosen: list[int] = []
+    taken: set[int] = set()
+    while len(chosen) < count:
+        port = free_port(bus)
+        wanted = {port, port + 10000} if bus else {port}
+        if not wanted & taken:
+            chosen.append(port)
+            taken |= wanted
+    return chosen
 
 
 def _free(port: int) -> bool:
@@ -230,16 +245,17 @@ class SentinelSet:
     def __init__(self, executable: str | None = None, sentinels: int = 3) -> None:
         self.executable = executable or find_redis_server()
         self.workdir = Path(tempfile.mkdtemp(prefix="redislock-sentinel-"))
-        first = RedisServer(self.executable, workdir=str(self.workdir / "a"))
+        ports = free_ports(2 + sentinels)
+        first = RedisServer(self.executable, port=ports[0], workdir=str(self.workdir / "a"))
         second = RedisServer(
             self.executable,
+            port=ports[1],
             workdir=str(self.workdir / "b"),
             extra_args=["--replicaof", "127.0.0.1", str(first.port)],
         )
         self.servers = [first, second]
         self.sentinels: list[RedisServer] = []
-        for index in range(sentinels):
-            port = free_port()
+        for index, port in enumerate(ports[2:]):
             conf = self.workdir / f"sentinel-{port}.conf"
             self.sentinels.append(
                 RedisServer(
@@ -288,12 +304,16 @@ class SentinelSet:
         return next(server for server in self.servers if server.port != port)
 
     def start(self, timeout: float = 30.0) -> SentinelSet:
-        for server in self.servers:
-            server.start()
-        self._write_sentinel_configs()
-        for sentinel in self.sentinels:
-            sentinel.start()
-        self.wait_stable(timeout)
+        try:
+            for server in self.servers:
+                server.start()
+            self._write_sentinel_configs()
+            for sentinel in self.sentinels:
+                sentinel.start()
+            self.wait_stable(timeout)
+        except BaseException:
+            self.close()  # no orphan servers when the set does not come up
+            raise
         return self
 
     def wait_stable(self, timeout: float = 30.0) -> None:
@@ -390,15 +410,14 @@ class ClusterSet:
     def __init__(self, executable: str | None = None, primaries: int = 3, replicas: int = 1) -> None:
         self.executable = executable or find_redis_server()
         self.workdir = Path(tempfile.mkdtemp(prefix="redislock-cluster-"))
-        count = primaries * (1 + replicas)
         self.nodes = [
             RedisServer(
                 self.executable,
-                port=free_port(bus=True),
+                port=port,
                 workdir=str(self.workdir / f"n{index}"),
                 extra_args=["--cluster-enabled", "yes", "--cluster-node-timeout", "3000"],
             )
-            for index in range(count)
+            for index, port in enumerate(free_ports(primaries * (1 + replicas), bus=True))
         ]
         self.primary_count = primaries
 
@@ -414,6 +433,13 @@ class ClusterSet:
             return str(client.execute_command("CLUSTER", "MYID"))
 
     def start(self, timeout: float = 60.0) -> ClusterSet:
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.close()  # no orphan servers when the cluster does not come up
+            raise
+
+    def _start(self, timeout: float) -> ClusterSet:
         for node in self.nodes:
             node.start()
         primaries = self.nodes[: self.primary_count]
