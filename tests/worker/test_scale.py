@@ -52,9 +52,8 @@ def start_workers(
     urls: dict[str, str],
     pool: str,
     transport: dict[str, Any] | None = None,
-    timeout: float = LOCK_TIMEOUT,
 ) -> None:
-    source = worker_module(urls, "scale", TASKS.format(transport=transport, timeout=timeout))
+    source = worker_module(urls, "scale", TASKS.format(transport=transport, timeout=LOCK_TIMEOUT))
     # solo runs one task at a time: a second worker takes the duplicate.
     for index in range(2 if pool == "solo" else 1):
         concurrency = "1" if pool == "solo" else "2"
@@ -133,11 +132,11 @@ def test_sentinel_core_behaviour_and_a_failover_mid_task(
     sentinels: SentinelSet, make_app: Any, worker_process: Any, urls: dict[str, str], coord: redis.Redis
 ) -> None:
     lock_urls = {**urls, "locks": sentinels.url}
-    start_workers(worker_process, lock_urls, "prefork", sentinels.transport_options, timeout=2.0)
+    start_workers(worker_process, lock_urls, "prefork", sentinels.transport_options)
     app = make_app(redislock_url=sentinels.url, redislock_transport_options=sentinels.transport_options)
     engine = runtime_for(app).engine
 
-    skip_hold_release(app, coord, "sentinel", lambda key, holder: held_throughout(engine, key, holder, 6.0))
+    skip_hold_release(app, coord, "sentinel", renewed_past_ttl(app))
 
     def fail_over(key: str, holder: str) -> None:
         _, new = sentinels.failover()
@@ -145,7 +144,7 @@ def test_sentinel_core_behaviour_and_a_failover_mid_task(
             # Replicated before the switch, or gone (the old master took writes until the
             # Sentinels converted it) and taken back by the holder's next renewal.
             assert poll(lambda: master.get(key) == holder.encode(), timeout=15)
-        held_throughout(engine, key, holder, 3.0)
+        held_throughout(engine, key, holder, 3 * LOCK_TIMEOUT)  # renewal reaches the new master
 
     skip_hold_release(app, coord, "sentinel-failover", fail_over)
 
