@@ -17,7 +17,7 @@ import redis
 from celery import Celery
 
 from .engine import LockEngine
-from .keys import KeyBuilder
+from .keys import KeyBuilder, release_channel
 from .options import (
     OPTION_NAMES,
     SETTING_DEFAULTS,
@@ -104,7 +104,7 @@ class Runtime:
 
     def release_channel(self, key: str) -> str:
         """Where a release of ``key`` is published, for executions waiting on it."""
-        return f"{key}:released"
+        return release_channel(key)
 
 
 _runtimes: weakref.WeakKeyDictionary[Celery, Runtime] = weakref.WeakKeyDictionary()
