@@ -280,3 +280,28 @@ def test_a_bad_limit_is_named(redislock_redis: redis.Redis) -> None:
         OptionError, match=r"RedisSemaphore\('x'\): option 'limit' must be an int >= 1, got 0"
     ):
         RedisSemaphore(redislock_redis, "x", 0)
+
+
+def test_a_lock_renewed_after_its_key_became_a_semaphore_is_reported_and_spares_the_batch(
+    engine: SemaphoreEngine, redislock_redis: redis.Redis
+) -> None:
+    from celery_redislock.engine import Lease, LockEngine
+
+    locks = LockEngine(redislock_redis)
+    locks.acquire("plain", "me", 30_000)
+    engine.acquire("changed", "task@w:1:1", 3, 30_000)  # max_concurrency went from 1 to 3
+    report = locks.renew_many([Lease("changed", "me", 30_000), Lease("plain", "me", 30_000)])
+    assert [lease.key for lease in report.renewed] == ["plain"]
+    [(lease, other)] = report.stolen
+    assert lease.key == "changed" and other.startswith("a semaphore (WRONGTYPE")
+
+
+def test_shutdown_gives_back_the_slots_and_locks_the_process_holds(redislock_redis: redis.Redis) -> None:
+    from celery_redislock import RedisLock
+
+    sem = RedisSemaphore(redislock_redis, "down:s", 2, timeout=60)
+    lock = RedisLock(redislock_redis, "down:l", timeout=60)
+    sem.acquire()
+    lock.acquire()
+    assert get_renewer().release_all() == 2  # what worker shutdown calls
+    assert redislock_redis.exists("down:s", "down:l") == 0
