@@ -6,7 +6,7 @@ import enum
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Protocol
+from typing import Any, Protocol
 
 import redis
 
@@ -164,16 +164,20 @@ class LockEngine:
         args: list[str] = []
         for lease in batch:
             args += (lease.holder, _ttl(lease.ttl_ms))
-        replies = self._renew(keys=[lease.key for lease in batch], args=args)
-        report = RenewReport()
-        for lease, reply in zip(batch, replies):
-            if reply == 1:
-                report.renewed.append(lease)
-            elif reply == 2:
-                report.retaken.append(lease)
-            else:
-                report.stolen.append((lease, as_text(reply)))
-        return report
+        return _renew_report(batch, self._renew(keys=[lease.key for lease in batch], args=args))
+
+
+def _renew_report(batch: Sequence[Lease], replies: Sequence[Any]) -> RenewReport:
+    """What a renew script's replies (1 renewed, 2 re-taken, else the other holder) say."""
+    report = RenewReport()
+    for lease, reply in zip(batch, replies):
+        if reply == 1:
+            report.renewed.append(lease)
+        elif reply == 2:
+            report.retaken.append(lease)
+        else:
+            report.stolen.append((lease, as_text(reply)))
+    return report
 
 
 def _ttl(ttl_ms: int) -> str:
@@ -306,16 +310,7 @@ class SemaphoreEngine:
         for lease in batch:
             limit = lease.limit if isinstance(lease, SemaphoreLease) else 1
             args += (lease.holder, _ttl(lease.ttl_ms), str(limit), release_channel(lease.key))
-        replies = self._renew(keys=[lease.key for lease in batch], args=args)
-        report = RenewReport()
-        for lease, reply in zip(batch, replies):
-            if reply == 1:
-                report.renewed.append(lease)
-            elif reply == 2:
-                report.retaken.append(lease)
-            else:
-                report.stolen.append((lease, as_text(reply)))
-        return report
+        return _renew_report(batch, self._renew(keys=[lease.key for lease in batch], args=args))
 
 
 def _semaphore_state(reply: list[object] | None) -> SemaphoreState | None:

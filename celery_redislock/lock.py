@@ -10,7 +10,7 @@ import uuid
 import weakref
 from abc import ABC, abstractmethod
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 
 import redis
 
@@ -21,21 +21,32 @@ from .options import check_argument
 from .renewal import get_renewer
 from .waiting import DEFAULT_RETRY_DELAY, wait_for
 
-__all__ = ["HeldInRedis", "RedisLock", "lock_engine_for", "new_holder_id", "to_ms"]
+__all__ = ["HeldInRedis", "PerClient", "RedisLock", "lock_engine_for", "new_holder_id", "to_ms"]
 
 _E = TypeVar("_E", bound=LeaseEngine)
 
-_lock_engines: weakref.WeakKeyDictionary[redis.Redis, LockEngine] = weakref.WeakKeyDictionary()
-_engines_mutex = threading.Lock()
+_T = TypeVar("_T")
 
 
-def lock_engine_for(client: redis.Redis) -> LockEngine:
-    """One engine per client, so the renewal timer renews all locks of a client in one batch."""
-    with _engines_mutex:
-        engine = _lock_engines.get(client)
-        if engine is None:
-            engine = _lock_engines[client] = LockEngine(client)
-        return engine
+class PerClient(Generic[_T]):
+    """One ``make(client)`` per Redis client: one engine per client, so that the renewal timer
+    renews everything held through a client in one batch."""
+
+    def __init__(self, make: Callable[[redis.Redis], _T]) -> None:
+        self._make = make
+        self._made: weakref.WeakKeyDictionary[redis.Redis, _T] = weakref.WeakKeyDictionary()
+        self._mutex = threading.Lock()
+
+    def __call__(self, client: redis.Redis) -> _T:
+        with self._mutex:
+            made = self._made.get(client)
+            if made is None:
+                made = self._made[client] = self._make(client)
+            return made
+
+
+#: The lock engine of a client.
+lock_engine_for: PerClient[LockEngine] = PerClient(LockEngine)
 
 
 def new_holder_id() -> str:

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import logging
-import threading
-import weakref
 
 import redis
 
 from .engine import Lease, SemaphoreEngine, SemaphoreLease, SlotResult
 from .keys import release_channel
-from .lock import HeldInRedis, to_ms
+from .lock import HeldInRedis, PerClient, to_ms
 from .options import check_argument
 from .waiting import DEFAULT_RETRY_DELAY, wait_for
 
@@ -18,17 +16,8 @@ __all__ = ["RedisSemaphore", "semaphore_engine_for", "take_slot", "waiter_ttl"]
 
 logger = logging.getLogger("celery_redislock.semaphore")
 
-_engines: weakref.WeakKeyDictionary[redis.Redis, SemaphoreEngine] = weakref.WeakKeyDictionary()
-_engines_mutex = threading.Lock()
-
-
-def semaphore_engine_for(client: redis.Redis) -> SemaphoreEngine:
-    """One engine per client, so the renewal timer renews all its slots in one batch."""
-    with _engines_mutex:
-        engine = _engines.get(client)
-        if engine is None:
-            engine = _engines[client] = SemaphoreEngine(client)
-        return engine
+#: The semaphore engine of a client.
+semaphore_engine_for: PerClient[SemaphoreEngine] = PerClient(SemaphoreEngine)
 
 
 def waiter_ttl(retry_delay: float) -> float:

@@ -12,15 +12,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
+import redis
 
-def poll(condition: Callable[[], Any], timeout: float = 15.0, interval: float = 0.01) -> Any:
-    """The first truthy value of ``condition()``, or the last one once the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval)
+from celery_redislock.testing import poll
+
+__all__ = ["contenders", "inside_function", "killed_holder", "poll"]
 
 
 #: A contender process: ``python -c CONTENDER url tag kind name limit threads rounds hold``.
@@ -154,3 +150,16 @@ def holder_process(
             with suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGKILL)
         process.wait(10)
+
+
+def killed_holder(
+    client: redis.Redis, url: str, kind: str, name: str, limit: int, timeout: float, tag: str
+) -> bytes:
+    """Start a holder process (``HOLDER``), SIGKILL it once it holds, return its holder id."""
+    with holder_process(url, kind, name, limit, timeout, tag) as process:
+        assert poll(lambda: client.llen(tag + ":held") == 1, 15.0)
+        dead = client.lindex(tag + ":held", 0)
+        process.kill()
+        process.wait(10)
+    assert isinstance(dead, bytes)
+    return dead

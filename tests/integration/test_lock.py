@@ -12,7 +12,7 @@ from celery_redislock import LockAcquireError, LockError, LockNotOwnedError, Opt
 from celery_redislock.renewal import get_renewer
 from celery_redislock.testing import RedisServer, counting_client
 
-from .helpers import contenders, holder_process, inside_function, poll
+from .helpers import contenders, inside_function, killed_holder, poll
 
 
 def test_a_context_manager_holds_the_key_under_a_unique_holder_id(redislock_redis: redis.Redis) -> None:
@@ -194,11 +194,7 @@ def test_all_locks_of_a_client_renew_in_one_round_trip(redislock_server: RedisSe
 def test_a_killed_holder_process_is_replaced_after_its_timeout(
     redislock_server: RedisServer, redislock_redis: redis.Redis
 ) -> None:
-    with holder_process(redislock_server.url, "lock", "orphaned", 1, 1.0, "k") as process:
-        assert poll(lambda: redislock_redis.llen("k:held") == 1)
-        dead = redislock_redis.lindex("k:held", 0)
-        process.kill()
-        process.wait(10)
+    dead = killed_holder(redislock_redis, redislock_server.url, "lock", "orphaned", 1, 1.0, "k")
     assert redislock_redis.get("orphaned") == dead  # still held: nobody released it
     successor = RedisLock(redislock_redis, "orphaned", timeout=30, acquire_timeout=30, retry_delay=0.1)
     assert successor.acquire()

@@ -14,7 +14,7 @@ from celery_redislock.engine import AcquireStatus, SemaphoreEngine, SemaphoreLea
 from celery_redislock.renewal import get_renewer
 from celery_redislock.testing import RedisServer, counting_client
 
-from .helpers import contenders, holder_process, inside_function, poll
+from .helpers import contenders, holder_process, inside_function, killed_holder, poll
 
 
 @pytest.fixture
@@ -152,11 +152,7 @@ def test_a_waiter_dropped_while_alive_gets_its_place_back(
 def test_a_killed_holder_process_is_replaced_after_its_timeout(
     redislock_server: RedisServer, redislock_redis: redis.Redis
 ) -> None:
-    with holder_process(redislock_server.url, "semaphore", "dies", 1, 1.0, "d") as process:
-        assert poll(lambda: redislock_redis.llen("d:held") == 1)
-        dead = redislock_redis.lindex("d:held", 0)
-        process.kill()
-        process.wait(10)
+    dead = killed_holder(redislock_redis, redislock_server.url, "semaphore", "dies", 1, 1.0, "d")
     assert redislock_redis.zrange("dies", 0, -1) == [dead]  # its slot is still counted
     successor = RedisSemaphore(redislock_redis, "dies", 1, timeout=30, acquire_timeout=30, retry_delay=0.1)
     assert successor.acquire()
