@@ -36,6 +36,11 @@ class PerClient(Generic[_T]):
         self._make = make
         self._made: weakref.WeakKeyDictionary[redis.Redis, _T] = weakref.WeakKeyDictionary()
         self._mutex = threading.Lock()
+        # Another thread may hold the mutex at fork time: a child starts with a fresh one.
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._mutex = threading.Lock()
 
     def __call__(self, client: redis.Redis) -> _T:
         with self._mutex:
