@@ -8,7 +8,7 @@ import threading
 
 import redis
 
-from .engine import Lease, LockEngine, RenewReport
+from .engine import Lease, LeaseEngine, RenewReport
 from .stats import counters
 
 __all__ = ["Renewer", "get_renewer"]
@@ -31,14 +31,14 @@ class Renewer:
         # Held for a whole renewal cycle. discard() takes it, so a lease released just after
         # discard() can never be re-taken by a cycle that was already in flight.
         self._cycle = threading.Lock()
-        self._held: dict[LockEngine, dict[tuple[str, str], tuple[Lease, float]]] = {}
+        self._held: dict[LeaseEngine, dict[tuple[str, str], tuple[Lease, float]]] = {}
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
     # -- what is held ---------------------------------------------------------------------
 
-    def add(self, engine: LockEngine, lease: Lease, interval: float) -> None:
+    def add(self, engine: LeaseEngine, lease: Lease, interval: float) -> None:
         """Renew ``lease`` every ``interval`` seconds (or more often) until discarded."""
         with self._mutex:
             shortest = self._interval_locked()
@@ -49,7 +49,7 @@ class Renewer:
         if not started:
             self._start()
 
-    def discard(self, engine: LockEngine, lease: Lease) -> bool:
+    def discard(self, engine: LeaseEngine, lease: Lease) -> bool:
         """Stop renewing ``lease``; returns False if it was not held. Waits for a renewal
         cycle in flight, so call it before releasing the lock in Redis."""
         with self._cycle, self._mutex:
@@ -60,7 +60,7 @@ class Renewer:
                 del self._held[engine]
             return True
 
-    def held(self) -> list[tuple[LockEngine, Lease]]:
+    def held(self) -> list[tuple[LeaseEngine, Lease]]:
         with self._mutex:
             return [(engine, lease) for engine, leases in self._held.items() for lease, _ in leases.values()]
 
@@ -96,7 +96,7 @@ class Renewer:
                 report.merge(outcome)
         return report
 
-    def _report(self, engine: LockEngine, outcome: RenewReport) -> None:
+    def _report(self, engine: LeaseEngine, outcome: RenewReport) -> None:
         for lease in outcome.retaken:
             counters.incr("retaken")
             logger.error(

@@ -16,8 +16,8 @@ from typing import Any, Callable
 from celery import Celery
 
 from .connection import client_factory
-from .engine import LockEngine, make_engine
-from .keys import KeyBuilder
+from .engine import LeaseEngine, LockEngine, SemaphoreEngine, make_engine
+from .keys import KeyBuilder, release_channel
 from .options import (
     OPTION_NAMES,
     SETTING_DEFAULTS,
@@ -76,9 +76,13 @@ class Runtime:
     """One per Celery app: reads and validates the ``redislock_*`` settings once."""
 
     def __init__(self, app: Celery) -> None:
-        app.conf.add_defaults(SETTING_DEFAULTS)
+        conf = app.conf
+        # Reading a key loads a pending config_from_object module, so `in` below sees it.
+        self.settings: AppSettings = read_settings(conf)
+        # add_defaults puts its mapping above such a module's settings (Celery keeps the
+        # module among its defaults): add only the settings it does not give.
+        conf.add_defaults({name: value for name, value in SETTING_DEFAULTS.items() if name not in conf})
         self.app = app
-        self.settings: AppSettings = read_settings(app.conf)
         # One Redis, the master of a Sentinel set, or a Redis Cluster, by the URL's form. The
         # URL is checked now; the client is made on first use (a cluster client connects).
         self._connect = client_factory(
@@ -122,9 +126,18 @@ class Runtime:
                 self._plans[cache_key] = plan
         return plan
 
+    @functools.cached_property
+    def semaphores(self) -> SemaphoreEngine:
+        """The engine of tasks with ``max_concurrency`` > 1, on the same client."""
+        return SemaphoreEngine(self.engine.client)
+
+    def engine_for(self, options: LockOptions) -> LeaseEngine:
+        """Where a task with ``options`` holds its key: a lock, or a semaphore's slot."""
+        return self.semaphores if options.max_concurrency > 1 else self.engine
+
     def release_channel(self, key: str) -> str:
         """Where a release of ``key`` is published, for executions waiting on it."""
-        return f"{key}:released"
+        return release_channel(key)
 
 
 _runtimes: weakref.WeakKeyDictionary[Celery, Runtime] = weakref.WeakKeyDictionary()

