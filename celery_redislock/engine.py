@@ -17,6 +17,7 @@ __all__ = [
     "AcquireResult",
     "AcquireStatus",
     "ClusterLockEngine",
+    "ClusterSemaphoreEngine",
     "Lease",
     "LeaseEngine",
     "LockEngine",
@@ -27,6 +28,7 @@ __all__ = [
     "SemaphoreState",
     "SlotResult",
     "make_engine",
+    "make_semaphore_engine",
 ]
 
 #: A client of one Redis (or of a Sentinel-managed master), or of a Redis Cluster.
@@ -445,6 +447,29 @@ class SemaphoreEngine:
             limit = lease.limit if isinstance(lease, SemaphoreLease) else 1
             args += (lease.holder, _ttl(lease.ttl_ms), str(limit), release_channel(lease.key))
         return _renew_report(batch, self._renew(keys=[lease.key for lease in batch], args=args))
+
+
+class ClusterSemaphoreEngine(SemaphoreEngine):
+    """A SemaphoreEngine on a Redis Cluster: a semaphore's keys share one slot (hash tags, see
+    ``keys.semaphore_keys``), so each operation goes to its node as it is; the batched renewal
+    sends one call per slot in use, as ``sem_renew`` names its keys in KEYS."""
+
+    client: RedisCluster
+
+    def _partition(self, leases: Iterable[Lease]) -> Iterator[Sequence[Lease]]:
+        by_slot: dict[int, list[Lease]] = {}
+        for lease in leases:
+            by_slot.setdefault(self.client.keyslot(lease.key), []).append(lease)  # type: ignore[no-untyped-call]
+        yield from by_slot.values()
+
+    def states(self, keys: Sequence[str]) -> list[SemaphoreState | None]:
+        # A cluster pipeline refuses EVALSHA: one call per semaphore, each to its node.
+        return [_semaphore_state(self._state(keys=[key, semaphore_keys(key)[0]])) for key in keys]
+
+
+def make_semaphore_engine(client: Client) -> SemaphoreEngine:
+    """The semaphore engine for ``client``: a ClusterSemaphoreEngine for a RedisCluster."""
+    return ClusterSemaphoreEngine(client) if isinstance(client, RedisCluster) else SemaphoreEngine(client)
 
 
 def _semaphore_state(reply: list[object] | None) -> SemaphoreState | None:

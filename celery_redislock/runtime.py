@@ -16,7 +16,7 @@ from typing import Any, Callable
 from celery import Celery
 
 from .connection import client_factory
-from .engine import LeaseEngine, LockEngine, SemaphoreEngine, make_engine
+from .engine import LeaseEngine, LockEngine, SemaphoreEngine, make_engine, make_semaphore_engine
 from .keys import KeyBuilder, release_channel
 from .options import (
     OPTION_NAMES,
@@ -129,7 +129,7 @@ class Runtime:
     @functools.cached_property
     def semaphores(self) -> SemaphoreEngine:
         """The engine of tasks with ``max_concurrency`` > 1, on the same client."""
-        return SemaphoreEngine(self.engine.client)
+        return make_semaphore_engine(self.engine.client)
 
     def engine_for(self, options: LockOptions) -> LeaseEngine:
         """Where a task with ``options`` holds its key: a lock, or a semaphore's slot."""

@@ -158,3 +158,22 @@ def test_a_cluster_url_with_a_database_is_refused() -> None:
 def test_redis_errors_from_an_unreachable_cluster_are_redis_errors() -> None:
     with pytest.raises(redis.RedisError):
         make_client("redis://127.0.0.1:1/0?cluster=true", socket_connect_timeout=0.5)
+
+
+def test_semaphores_and_standalone_locks_on_a_cluster_renew_across_slots(client: RedisCluster) -> None:
+    from celery_redislock import RedisLock, RedisSemaphore
+    from celery_redislock.renewal import get_renewer
+
+    names = keys_on_every_node(client, 30, prefix="sem")
+    semaphores = [RedisSemaphore(client, name, 2, timeout=30) for name in names[:15]]
+    locks = [RedisLock(client, name, timeout=30) for name in names[15:]]
+    for held in [*semaphores, *locks]:
+        assert held.acquire()
+    # Every semaphore's slot and every lock come back renewed: nothing fails with CROSSSLOT.
+    report = get_renewer().renew_now()
+    assert {lease.key for lease in report.renewed} >= set(names)
+    assert not report.stolen and not report.retaken
+    for held in [*semaphores, *locks]:
+        assert held.owned()
+        held.release()
+    assert list(make_engine(client).scan("sem:*", 100)) == []

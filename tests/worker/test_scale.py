@@ -5,7 +5,6 @@ back) and a duplicate sent after it is still skipped."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +13,7 @@ import pytest
 import redis
 from celery import Celery
 
-from celery_redislock import DuplicateTaskError, SingletonTask
+from celery_redislock import DuplicateTaskError
 from celery_redislock.engine import LockEngine
 from celery_redislock.runtime import runtime_for
 from celery_redislock.testing import ClusterSet, SentinelSet
@@ -171,31 +170,3 @@ def test_cluster_core_behaviour_and_a_failover_mid_task(
         held_throughout(engine, key, holder, 3 * LOCK_TIMEOUT)  # renewal reaches the new primary
 
     skip_hold_release(app, coord, "cluster-failover", fail_over)
-
-
-def test_wait_strategy_on_a_cluster_runs_the_waiter_after_the_holder(
-    cluster: ClusterSet, make_app: Any, worker: Any
-) -> None:
-    app = make_app(redislock_url=cluster.url)
-    gate = threading.Event()
-    order: list[str] = []
-
-    @app.task(base=SingletonTask, shared=False, on_duplicate="wait", acquire_timeout=20, lock_key=["name"])
-    def export(name: str, first: bool) -> str:
-        order.append(f"start {first}")
-        if first:
-            assert gate.wait(10)
-        order.append(f"end {first}")
-        return name
-
-    with worker(app, concurrency=2):
-        a = export.delay("x", True)
-        assert poll(lambda: order == ["start True"])
-        b = export.delay("x", False)
-        # The waiter subscribed on one node; the release publishes from the key's node.
-        assert poll(lambda: order != ["start True"], timeout=0.5) is False  # still waiting
-        gate.set()
-        assert a.get(timeout=10) == "x"
-        assert b.get(timeout=10) == "x"
-    assert order == ["start True", "end True", "start False", "end False"]
-    assert list(runtime_for(app).engine.scan("redislock:*", 100)) == []
