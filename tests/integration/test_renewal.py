@@ -182,3 +182,18 @@ def test_a_forked_child_gets_its_own_renewer() -> None:
     assert os.read(read, 1) == b"1"
     os.close(read)
     os.waitpid(pid, 0)
+
+
+def test_the_interval_is_the_shortest_of_the_leases_still_held(renewer: Renewer, engine: LockEngine) -> None:
+    # Tracked per interval, not by scanning every lease on each add (100 000 held leases).
+    first, second = Lease("lock:a", "me", 60_000), Lease("lock:b", "me", 60_000)
+    renewer.add(engine, first, 500.0)
+    renewer.add(engine, second, 100.0)
+    assert renewer.interval() == 100.0
+    renewer.add(engine, second, 900.0)  # the same lease again, asking for another interval
+    assert renewer.interval() == 500.0
+    assert renewer.discard(engine, first) is True
+    assert renewer.interval() == 900.0
+    assert renewer.discard(engine, second) is True
+    assert renewer.discard(engine, second) is False
+    assert renewer.interval() is None
