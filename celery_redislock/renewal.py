@@ -36,6 +36,9 @@ class Renewer:
         # How many held leases asked for each interval: the shortest is found without a scan
         # of every lease, so adding one is O(1) however many this process holds.
         self._intervals: Counter[float] = Counter()
+        # The interval the thread waits for now (None: for ever, or not started). A lease asking
+        # for no shorter one need not wake it: a worker's every task would cost a thread switch.
+        self._waiting: float | None = None
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -45,7 +48,7 @@ class Renewer:
     def add(self, engine: LockEngine, lease: Lease, interval: float) -> None:
         """Renew ``lease`` every ``interval`` seconds (or more often) until discarded."""
         with self._mutex:
-            shortest = self._interval_locked()
+            wake = self._waiting is None or interval < self._waiting
             leases = self._held.setdefault(engine, {})
             previous = leases.get((lease.key, lease.holder))
             if previous is not None:
@@ -53,8 +56,8 @@ class Renewer:
             leases[(lease.key, lease.holder)] = (lease, interval)
             self._intervals[interval] += 1
             started = self._thread is not None
-        if shortest is None or interval < shortest:
-            self._wake.set()  # the thread waits for the old interval: make it re-read
+        if wake:
+            self._wake.set()  # the thread waits for a longer interval: make it re-read
         if not started:
             self._start()
 
@@ -130,7 +133,10 @@ class Renewer:
     def _run(self) -> None:
         while not self._stopping.is_set():
             self._wake.clear()
-            interval = self.interval()
+            with self._mutex:
+                # With nothing held, keep the last interval: the next lease (a worker's next
+                # task) most likely asks for the same, and then add() leaves this thread be.
+                interval = self._waiting = self._interval_locked() or self._waiting
             # Woken early by add() when a shorter interval arrives, or by stop().
             if self._wake.wait(interval) or self._stopping.is_set():
                 continue
