@@ -113,6 +113,15 @@ def machine() -> dict[str, str]:
     }
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far; NaN where /proc is not there."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Bench:
     """The servers, the worker and the driver's app of one run."""
 
@@ -150,6 +159,12 @@ class Bench:
             ],
         )
         self.worker.wait_ready(timeout=60)
+        # Whose CPU time is counted per task, besides the driver's own (time.process_time).
+        self.processes = {
+            "worker": [self.worker.pid, *self.worker.children],
+            "lock_redis": [_pid(self.locks)],
+            "main_redis": [_pid(self.main)],
+        }
         self.app = make_app(**urls)
         self.coord = redis.Redis.from_url(urls["coord"])
         self.admin = self.locks.client()
@@ -208,6 +223,11 @@ class Bench:
             }
         )
 
+    def _cpu(self) -> dict[str, float]:
+        cpu = {name: sum(cpu_seconds(pid) for pid in pids) for name, pids in self.processes.items()}
+        cpu["driver"] = time.process_time()
+        return cpu
+
     def _run_batch(
         self, variant: str, kind: str, calls: Sequence[tuple[Any, ...]]
     ) -> tuple[float, list[Any]]:
@@ -224,14 +244,15 @@ class Bench:
         config = self.config
         rates: dict[str, list[float]] = {v: [] for v in self.variants}
         commands: dict[str, Counter[str]] = {v: Counter() for v in self.variants}
+        cpu: dict[str, list[dict[str, float]]] = {v: [] for v in self.variants}
         counter = 0
         for repeat in range(config.repeats + 1):  # repeat 0 warms up
             for variant in self.order(repeat):
                 calls = [(counter + i,) for i in range(config.n)]
                 counter += config.n
-                before = self._commandstats()
+                before, cpu_before = self._commandstats(), self._cpu()
                 seconds, results = self._run_batch(variant, "noop", calls)
-                after = self._commandstats()
+                after, cpu_after = self._commandstats(), self._cpu()
                 values = [r.result for r in results]
                 if values != [c[0] for c in calls]:
                     bad = next(v for v, c in zip(values, calls) if v != c[0])
@@ -239,6 +260,8 @@ class Bench:
                 if repeat:
                     rates[variant].append(config.n / seconds)
                     commands[variant].update(after - before)
+                    used = {k: (cpu_after[k] - cpu_before[k]) / config.n * 1e6 for k in cpu_after}
+                    cpu[variant].append({**used, "all": sum(used.values())})
         plain = statistics.median(rates["plain"]) if "plain" in rates else None
         out = {}
         for variant in self.variants:
@@ -248,6 +271,9 @@ class Bench:
                 "tasks_per_s": rate,
                 "runs": rates[variant],
                 "ratio": rate / plain if plain else float("nan"),
+                "cpu_us_per_task": {
+                    k: statistics.median(row[k] for row in cpu[variant]) for k in cpu[variant][0]
+                },
                 "commands_per_task": sum(commands[variant].values()) / total,
                 "commands": {name: calls / total for name, calls in sorted(commands[variant].items())},
             }
@@ -356,6 +382,11 @@ class Bench:
         self.admin.flushall()
         client.close()
         return out
+
+
+def _pid(server: RedisServer) -> int:
+    assert server.process is not None, "the server is not running"
+    return server.process.pid
 
 
 def _take(engine: LockEngine, leases: Sequence[Lease], chunk: int = 1000) -> None:

@@ -46,13 +46,20 @@ def markdown(results: dict[str, Any], command: str) -> str:
         "MONITOR: what clients sent; commands from `INFO commandstats`, which also counts what a "
         "Lua script runs).",
         "",
-        "| variant | tasks/s | vs plain | round trips/task | commands/task | round trips | in scripts |",
-        "|---|---:|---:|---:|---:|---|---|",
+        "CPU: microseconds of CPU time per task used by the worker (parent and children), the "
+        "lock's Redis, and all processes (worker, both Redis servers, the sending process); it is "
+        "less disturbed by other load on the machine than tasks/s.",
+        "",
+        "| variant | tasks/s | vs plain | CPU µs/task: worker | lock Redis | all | round trips/task "
+        "| commands/task | round trips | in scripts |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for variant, row in results["uncontended"].items():
         trips = results["trips"].get(variant, {})
+        cpu = row["cpu_us_per_task"]
         lines.append(
             f"| {LABELS.get(variant, variant)} | {_fmt(row['tasks_per_s'], 0)} | {_fmt(row['ratio'])}x "
+            f"| {_fmt(cpu['worker'], 0)} | {_fmt(cpu['lock_redis'], 0)} | {_fmt(cpu['all'], 0)} "
             f"| {_fmt(trips.get('round_trips_per_task', float('nan')))} "
             f"| {_fmt(row['commands_per_task'])} | {_breakdown(trips.get('round_trips', {}))} "
             f"| {_breakdown(trips.get('in_scripts', {}))} |"
