@@ -43,9 +43,9 @@ class Config:
     """Sizes of one run. The defaults take a few minutes on 2 cores."""
 
     #: tasks per uncontended batch (one batch per variant per repeat)
-    n: int = 1000
+    n: int = 500
     #: measured repeats; one more, first, is a warm-up and is not counted
-    repeats: int = 5
+    repeats: int = 9
     #: tasks in the MONITOR run that counts round trips
     trips_n: int = 200
     #: tasks per duplicate-heavy batch, over 10 distinct arguments
@@ -262,15 +262,18 @@ class Bench:
                     commands[variant].update(after - before)
                     used = {k: (cpu_after[k] - cpu_before[k]) / config.n * 1e6 for k in cpu_after}
                     cpu[variant].append({**used, "all": sum(used.values())})
-        plain = statistics.median(rates["plain"]) if "plain" in rates else None
         out = {}
         for variant in self.variants:
-            rate = statistics.median(rates[variant])
             total = config.n * config.repeats
             out[variant] = {
-                "tasks_per_s": rate,
+                "tasks_per_s": statistics.median(rates[variant]),
                 "runs": rates[variant],
-                "ratio": rate / plain if plain else float("nan"),
+                # Paired: each repeat's rate over plain's in that same repeat, so that a slow
+                # stretch of the machine hits both sides of every ratio.
+                "ratio": _paired_ratio(rates[variant], rates.get("plain")),
+                "cpu_ratio": _paired_ratio(
+                    [1 / row["all"] for row in cpu[variant]], [1 / row["all"] for row in cpu.get("plain", [])]
+                ),
                 "cpu_us_per_task": {
                     k: statistics.median(row[k] for row in cpu[variant]) for k in cpu[variant][0]
                 },
@@ -382,6 +385,13 @@ class Bench:
         self.admin.flushall()
         client.close()
         return out
+
+
+def _paired_ratio(values: Sequence[float], plain: Sequence[float] | None) -> float:
+    """Median of ``values[i] / plain[i]``: NaN without a plain run to compare with."""
+    if not plain:
+        return float("nan")
+    return statistics.median(value / base for value, base in zip(values, plain))
 
 
 def _pid(server: RedisServer) -> int:
