@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import random
@@ -182,9 +183,11 @@ class Bench:
         return self.app.tasks[f"bench.{variant}.{kind}"]
 
     def order(self, repeat: int) -> list[str]:
-        """Variants in an order that rotates per repeat, so drift hits each position alike."""
-        shift = repeat % len(self.variants)
-        return self.variants[shift:] + self.variants[:shift]
+        """The variants shuffled per repeat (seeded: runs are comparable), so that neither a
+        position in the repeat nor the variant run just before favours one of them."""
+        order = list(self.variants)
+        random.Random(repeat).shuffle(order)
+        return order
 
     # -- scenario 5: the floor ----------------------------------------------------------------
 
@@ -233,6 +236,7 @@ class Bench:
     ) -> tuple[float, list[Any]]:
         """Send ``calls`` and wait for every task sent; returns (seconds, the results)."""
         task = self.task(variant, kind)
+        gc.collect()  # the previous batch's garbage is not this one's to collect
         start = time.perf_counter()
         results = [task.apply_async(args) for args in calls]
         sent = {r.id: r for r in results if not isinstance(r, EagerResult)}
