@@ -136,6 +136,7 @@ def chart(results: dict[str, Any], path: Path) -> bool:
             ha="center",
             va="bottom",
         )
+    ax.set_ylim(0, max(rates) * 1.3)  # room for the ratio labels
     ax.set_title(f"1. Uncontended throughput ({results['config']['n']} tasks, median; ratio to plain)")
     ax.set_ylabel("tasks/s")
 
@@ -162,7 +163,8 @@ def chart(results: dict[str, Any], path: Path) -> bool:
         )
     ax.set_xticks(list(positions), names)
     ax.set_title(f"3. Duplicate-heavy ({results['config']['dup_n']} tasks over 10 arguments)")
-    ax.legend()
+    ax.set_ylim(0, results["config"]["dup_n"] * 1.3)
+    ax.legend(loc="upper center", ncols=3)
 
     ax = axes[1][1]
     renewal = list(results["renewal"].values())
@@ -188,7 +190,7 @@ def chart(results: dict[str, Any], path: Path) -> bool:
 def write(results: dict[str, Any], out: Path, command: str) -> Path:
     """Write ``results.md``, ``results.json`` and ``results.png`` under ``out``; returns the table's path."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     table = out / "results.md"
     text = markdown(results, command)
     if chart(results, out / "results.png"):
