@@ -130,10 +130,24 @@ def _held_locks(runtime: Runtime, task: str | None) -> Iterator[Lock]:
         for raw in raws:
             pipe.pttl(raw)
         values, *pttls = pipe.execute()
+        others: list[tuple[str, str]] = []
         for (_, key, key_task), value, pttl in zip(batch, values, pttls):
             # Gone since the SCAN (None, PTTL -2), or not a string (MGET gives None): not a lock.
             if value is not None and pttl != -2:
                 yield Lock(key, key_task, as_text(value), pttl)
+            elif pttl != -2:
+                others.append((key, key_task))
+        yield from _held_slots(runtime, others)
+
+
+def _held_slots(runtime: Runtime, keys: list[tuple[str, str]]) -> Iterator[Lock]:
+    """A row per live holder of each semaphore (max_concurrency > 1) among ``keys``; one round trip."""
+    if not keys:
+        return
+    states = runtime.semaphores.states([key for key, _ in keys])
+    for (key, key_task), state in zip(keys, states):
+        for holder, left_ms in state.holders if state is not None else ():
+            yield Lock(key, key_task, holder, left_ms)
 
 
 def _purge(runtime: Runtime, task: str | None, removed: Callable[[str], None]) -> None:
@@ -291,6 +305,8 @@ def release(ctx: click.Context, key: str, yes: bool) -> None:
             f"{key!r} is not a lock key under prefix {prefix!r} (keys look like {prefix}:<task>:<digest>)",
             EX_FAILURE,
         )
+    if _release_slots(ctx, runtime, key, yes):
+        return
     engine = runtime.engine
     holder = engine.holder_of(key)
     if holder is None:
@@ -303,6 +319,21 @@ def release(ctx: click.Context, key: str, yes: bool) -> None:
         state = "has expired" if now is None else f"is now held by {now}"
         raise CeleryCommandException(f"Lock {key} was not released: it {state}", EX_FAILURE)
     _cli(ctx).echo(f"Released {key} (held by {holder})")
+
+
+def _release_slots(ctx: click.Context, runtime: Runtime, key: str, yes: bool) -> bool:
+    """``release`` of a semaphore's key (max_concurrency > 1): give back the slots of the
+    holders it shows (compare-and-remove: a holder that came since stays). False: not one."""
+    state = runtime.semaphores.state(key)
+    if state is None or not state.holders:
+        return False
+    holders = [holder for holder, _ in state.holders]
+    shown = ", ".join(holders)
+    if not yes and _interactive():
+        click.confirm(f"Release {key} (held by {shown})?", abort=True)
+    released = runtime.semaphores.release_holders(key, holders, notify=runtime.release_channel(key))
+    _cli(ctx).echo(f"Released {released} of {len(holders)} holder(s) of {key} ({shown})")
+    return True
 
 
 @redislock.command(cls=CeleryCommand)

@@ -6,10 +6,24 @@ import enum
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import Any, Protocol
 
 import redis
 
-__all__ = ["AcquireResult", "AcquireStatus", "Lease", "LockEngine", "RenewReport"]
+from .keys import release_channel, semaphore_keys
+
+__all__ = [
+    "AcquireResult",
+    "AcquireStatus",
+    "Lease",
+    "LeaseEngine",
+    "LockEngine",
+    "RenewReport",
+    "SemaphoreEngine",
+    "SemaphoreLease",
+    "SemaphoreState",
+    "SlotResult",
+]
 
 
 def _load_script(name: str) -> str:
@@ -21,6 +35,10 @@ _ACQUIRE = _load_script("acquire.lua")
 _RELEASE = _load_script("release.lua")
 _RENEW = _load_script("renew.lua")
 _TRANSFER = _load_script("transfer.lua")
+_SEM_ACQUIRE = _load_script("sem_acquire.lua")
+_SEM_RELEASE = _load_script("sem_release.lua")
+_SEM_RENEW = _load_script("sem_renew.lua")
+_SEM_STATE = _load_script("sem_state.lua")
 
 
 class AcquireStatus(enum.IntEnum):
@@ -146,19 +164,159 @@ class LockEngine:
         args: list[str] = []
         for lease in batch:
             args += (lease.holder, _ttl(lease.ttl_ms))
-        replies = self._renew(keys=[lease.key for lease in batch], args=args)
-        report = RenewReport()
-        for lease, reply in zip(batch, replies):
-            if reply == 1:
-                report.renewed.append(lease)
-            elif reply == 2:
-                report.retaken.append(lease)
-            else:
-                report.stolen.append((lease, as_text(reply)))
-        return report
+        return _renew_report(batch, self._renew(keys=[lease.key for lease in batch], args=args))
+
+
+def _renew_report(batch: Sequence[Lease], replies: Sequence[Any]) -> RenewReport:
+    """What a renew script's replies (1 renewed, 2 re-taken, else the other holder) say."""
+    report = RenewReport()
+    for lease, reply in zip(batch, replies):
+        if reply == 1:
+            report.renewed.append(lease)
+        elif reply == 2:
+            report.retaken.append(lease)
+        else:
+            report.stolen.append((lease, as_text(reply)))
+    return report
 
 
 def _ttl(ttl_ms: int) -> str:
     if ttl_ms <= 0:
         raise ValueError(f"lock TTL must be a positive number of milliseconds, got {ttl_ms}")
     return str(int(ttl_ms))
+
+
+class LeaseEngine(Protocol):
+    """What the renewal timer and the release paths need of an engine (locks or semaphores)."""
+
+    def renew_many(self, leases: Iterable[Lease]) -> RenewReport: ...
+
+    def release(self, key: str, holder: str, *, notify: str | None = None) -> bool: ...
+
+    def release_holder_prefix(self, key: str, prefix: str, *, notify: str | None = None) -> bool: ...
+
+
+# -- semaphores ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SemaphoreLease(Lease):
+    """A slot of a semaphore this process holds: renewal also needs the semaphore's limit."""
+
+    limit: int = 1
+
+
+@dataclass(frozen=True)
+class SlotResult:
+    """Outcome of one semaphore acquire: ``status`` is None when no slot was free for the
+    caller; then ``holders`` hold the slots and ``ticket`` is its place in the queue (0: none)."""
+
+    status: AcquireStatus | None
+    holders: tuple[str, ...] = ()
+    ticket: int = 0
+
+    @property
+    def acquired(self) -> bool:
+        return self.status is not None
+
+
+@dataclass(frozen=True)
+class SemaphoreState:
+    """A semaphore by the server's clock: live holders with milliseconds left, waiters queued."""
+
+    holders: tuple[tuple[str, int], ...]
+    waiting: int
+
+
+class SemaphoreEngine:
+    """The Redis side of a fair counting semaphore; every operation is one script call.
+
+    Holders live in a sorted set at the semaphore's key, scored by their expiry on the Redis
+    server's clock; waiters in a queue scored by a ticket from a counter (INCR), so they are
+    served in arrival order whatever the clocks of their hosts. The auxiliary keys are
+    ``keys.semaphore_keys(key)``; a release is published on ``keys.release_channel(key)``.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._acquire = client.register_script(_SEM_ACQUIRE)
+        self._release = client.register_script(_SEM_RELEASE)
+        self._renew = client.register_script(_SEM_RENEW)
+        self._state = client.register_script(_SEM_STATE)
+
+    def acquire(
+        self, key: str, holder: str, limit: int, ttl_ms: int, *, wait_ttl_ms: int = 0, ticket: int = 0
+    ) -> SlotResult:
+        """Take a slot of ``key`` for ``holder`` if one is free for it.
+
+        With ``wait_ttl_ms`` the caller queues (or keeps its place) and must call again within
+        that time to stay queued; ``ticket`` is the one an earlier call gave it. Without, it
+        never takes a slot a queued waiter is owed.
+        """
+        queue, alive, counter = semaphore_keys(key)
+        wait_ttl = _ttl(wait_ttl_ms) if wait_ttl_ms else "0"
+        reply = self._acquire(
+            keys=[key, queue, alive, counter],
+            args=[holder, str(int(limit)), _ttl(ttl_ms), wait_ttl, str(int(ticket)), release_channel(key)],
+        )
+        if reply[0] != 0:
+            return SlotResult(AcquireStatus(reply[0]))
+        return SlotResult(None, tuple(as_text(h) for h in reply[2]), int(reply[1]))
+
+    def release(self, key: str, holder: str, *, notify: str | None = None) -> bool:
+        """Give back ``holder``'s slot (and its place in the queue); False if it had none."""
+        return self.release_holders(key, [holder], notify=notify) > 0
+
+    def release_holders(self, key: str, holders: Sequence[str], *, notify: str | None = None) -> int:
+        """Give back the slots of ``holders``; returns how many they held."""
+        return self._call_release(key, "0", holders, notify)
+
+    def release_holder_prefix(self, key: str, prefix: str, *, notify: str | None = None) -> bool:
+        """Give back every slot whose holder id starts with ``prefix`` (a dead process's)."""
+        return self._call_release(key, "1", [prefix], notify) > 0
+
+    def _call_release(self, key: str, mode: str, ids: Sequence[str], notify: str | None) -> int:
+        queue, alive, _ = semaphore_keys(key)
+        return int(self._release(keys=[key, queue, alive], args=[mode, notify or "", *ids]))
+
+    def state(self, key: str) -> SemaphoreState | None:
+        """The semaphore at ``key`` now, or None when ``key`` holds something else (a lock)."""
+        return self.states([key])[0]
+
+    def states(self, keys: Sequence[str]) -> list[SemaphoreState | None]:
+        """:meth:`state` of each key, in one round trip (a pipeline)."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            self._state(keys=[key, semaphore_keys(key)[0]], client=pipe)
+        return [_semaphore_state(reply) for reply in pipe.execute()]
+
+    def renew_many(self, leases: Iterable[Lease]) -> RenewReport:
+        """Renew every slot, one script call per partition (one in all for a single Redis).
+
+        A slot that is gone is taken back while the semaphore has one free; else reported.
+        """
+        report = RenewReport()
+        for batch in self._partition(leases):
+            if batch:
+                report.merge(self._renew_batch(batch))
+        return report
+
+    def _partition(self, leases: Iterable[Lease]) -> Iterator[Sequence[Lease]]:
+        # As LockEngine._partition: a cluster engine yields one batch per node.
+        yield list(leases)
+
+    def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
+        args: list[str] = []
+        for lease in batch:
+            limit = lease.limit if isinstance(lease, SemaphoreLease) else 1
+            args += (lease.holder, _ttl(lease.ttl_ms), str(limit), release_channel(lease.key))
+        return _renew_report(batch, self._renew(keys=[lease.key for lease in batch], args=args))
+
+
+def _semaphore_state(reply: list[object] | None) -> SemaphoreState | None:
+    if not reply:
+        return None
+    waiting, live = reply
+    assert isinstance(waiting, int) and isinstance(live, list)
+    pairs = tuple((as_text(live[i]), int(live[i + 1])) for i in range(0, len(live), 2))
+    return SemaphoreState(pairs, waiting)

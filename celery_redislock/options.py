@@ -27,6 +27,7 @@ __all__ = [
     "LockOptions",
     "OnDuplicate",
     "OnRedisError",
+    "check_argument",
     "mask_url",
     "read_settings",
     "resolve",
@@ -275,7 +276,45 @@ def validate(options: Mapping[str, Any], source: str) -> dict[str, Any]:
     if renew is not None and timeout is not None and renew >= timeout:
         problem = _renew_too_long(renew, timeout, "", " set in the same place")
         raise OptionError("renew_interval", source, problem)
+    clash = _clash(result)
+    if clash is not None:
+        raise OptionError(clash[0], source, clash[1] + " set in the same place")
     return result
+
+
+def _clash(options: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(option, problem)`` for options that cannot go together, else None.
+
+    A semaphore (``max_concurrency`` > 1) is taken by each execution for itself: it is not
+    taken at enqueue, nor handed over to a retry.
+    """
+    limit = options.get("max_concurrency") or 1
+    if limit <= 1:
+        return None
+    if options.get("lock_on") == "enqueue":
+        return "lock_on", f"'enqueue' cannot be used with max_concurrency={limit} (use 'execute')"
+    if options.get("release_on_retry") is False:
+        return "release_on_retry", f"False cannot be used with max_concurrency={limit} (use True)"
+    return None
+
+
+#: Checks of the arguments of ``RedisLock`` and ``RedisSemaphore``, by kind.
+_ARGUMENT_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "seconds": _positive_seconds,
+    "seconds or 0": _non_negative_seconds,
+    "count": _check_max_concurrency,
+    "flag": _check_bool,
+}
+
+
+def check_argument(kind: str, name: str, value: Any, source: str) -> Any:
+    """Check a constructor argument of kind ``"seconds"`` (> 0), ``"seconds or 0"``,
+    ``"count"`` (an int >= 1) or ``"flag"``; returns it normalised, or raises OptionError
+    naming ``name`` and ``source`` (``RedisLock('jobs')``)."""
+    try:
+        return _ARGUMENT_CHECKS[kind](value)
+    except _Bad as bad:
+        raise OptionError(name, source, str(bad)) from None
 
 
 # --- resolution across layers ---------------------------------------------------------------
@@ -333,6 +372,14 @@ def resolve(
             f" from {origin.get('lock_timeout', 'the default')}",
         )
         raise OptionError("renew_interval", blamed, problem)
+    clash = _clash(merged)
+    if clash is not None:
+        option, problem = clash
+        involved = {origin[option], origin["max_concurrency"]}
+        blamed = next(source for _, source in layers if source in involved)
+        raise OptionError(
+            option, blamed, f"{problem} (from {origin['max_concurrency']}; {option} from {origin[option]})"
+        )
     return LockOptions(**merged)
 
 

@@ -9,7 +9,7 @@ from collections import Counter
 
 import redis
 
-from .engine import Lease, LockEngine, RenewReport
+from .engine import Lease, LeaseEngine, RenewReport
 from .stats import counters
 
 __all__ = ["Renewer", "get_renewer"]
@@ -32,7 +32,7 @@ class Renewer:
         # Held for a whole renewal cycle. discard() takes it, so a lease released just after
         # discard() can never be re-taken by a cycle that was already in flight.
         self._cycle = threading.Lock()
-        self._held: dict[LockEngine, dict[tuple[str, str], tuple[Lease, float]]] = {}
+        self._held: dict[LeaseEngine, dict[tuple[str, str], tuple[Lease, float]]] = {}
         # How many held leases asked for each interval: the shortest is found without a scan
         # of every lease, so adding one is O(1) however many this process holds.
         self._intervals: Counter[float] = Counter()
@@ -45,7 +45,7 @@ class Renewer:
 
     # -- what is held ---------------------------------------------------------------------
 
-    def add(self, engine: LockEngine, lease: Lease, interval: float) -> None:
+    def add(self, engine: LeaseEngine, lease: Lease, interval: float) -> None:
         """Renew ``lease`` every ``interval`` seconds (or more often) until discarded."""
         with self._mutex:
             wake = self._waiting is None or interval < self._waiting
@@ -61,13 +61,13 @@ class Renewer:
         if not started:
             self._start()
 
-    def discard(self, engine: LockEngine, lease: Lease) -> bool:
+    def discard(self, engine: LeaseEngine, lease: Lease) -> bool:
         """Stop renewing ``lease``; returns False if it was not held. Waits for a renewal
         cycle in flight, so call it before releasing the lock in Redis."""
         with self._cycle, self._mutex:
             return self._pop_locked(engine, lease) is not None
 
-    def held(self) -> list[tuple[LockEngine, Lease]]:
+    def held(self) -> list[tuple[LeaseEngine, Lease]]:
         with self._mutex:
             return [(engine, lease) for engine, leases in self._held.items() for lease, _ in leases.values()]
 
@@ -79,7 +79,7 @@ class Renewer:
     def _interval_locked(self) -> float | None:
         return min(self._intervals) if self._intervals else None
 
-    def _pop_locked(self, engine: LockEngine, lease: Lease) -> tuple[Lease, float] | None:
+    def _pop_locked(self, engine: LeaseEngine, lease: Lease) -> tuple[Lease, float] | None:
         leases = self._held.get(engine)
         entry = leases.pop((lease.key, lease.holder), None) if leases else None
         if entry is not None:
@@ -116,7 +116,7 @@ class Renewer:
                 report.merge(outcome)
         return report
 
-    def _report(self, engine: LockEngine, outcome: RenewReport) -> None:
+    def _report(self, engine: LeaseEngine, outcome: RenewReport) -> None:
         for lease in outcome.retaken:
             counters.incr("retaken")
             logger.error(

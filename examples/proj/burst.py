@@ -64,20 +64,20 @@ class Pending(Exception):
     """Some tasks had not started or finished by the deadline."""
 
 
-def send(groups: list[Group], timeout: float = 60.0) -> list[Sent]:
+def send(groups: list[Group], timeout: float = 60.0, into: list[Sent] | None = None) -> list[Sent]:
     """Each group's first call, then, once a worker has taken it, its duplicates; the next group
     once a worker has taken those too (so that one group's duplicates do not queue behind the
-    next group's work, and find the first call over)."""
-    sent = []
+    next group's work, and find the first call over). Appends to ``into`` as it goes."""
+    sent = [] if into is None else into
     for group in groups:
-        first = group.calls[0].apply_async()
+        item = Sent(group, [group.calls[0].apply_async()])
+        sent.append(item)
         if group.wait_started:
-            _wait_taken(first, group.label, timeout)
-        rest = [call.apply_async() for call in group.calls[1:]]
+            _wait_taken(item.results[0], group.label, timeout)
+        item.results += [call.apply_async() for call in group.calls[1:]]
         if group.wait_started:
-            for result in rest:
+            for result in item.results[1:]:
                 _wait_taken(result, group.label, timeout)
-        sent.append(Sent(group, [first, *rest]))
     return sent
 
 
