@@ -3,27 +3,36 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any, Protocol, Union
 
 import redis
+from redis.cluster import RedisCluster
 
 from .keys import release_channel, semaphore_keys
 
 __all__ = [
     "AcquireResult",
     "AcquireStatus",
+    "ClusterLockEngine",
+    "ClusterSemaphoreEngine",
     "Lease",
     "LeaseEngine",
     "LockEngine",
+    "LockInfo",
     "RenewReport",
     "SemaphoreEngine",
     "SemaphoreLease",
     "SemaphoreState",
     "SlotResult",
+    "make_engine",
+    "make_semaphore_engine",
 ]
+
+#: A client of one Redis (or of a Sentinel-managed master), or of a Redis Cluster.
+Client = Union[redis.Redis, RedisCluster]
 
 
 def _load_script(name: str) -> str:
@@ -86,6 +95,15 @@ class RenewReport:
         self.stolen += other.stolen
 
 
+@dataclass(frozen=True)
+class LockInfo:
+    """A lock key as found: its holder id (None: gone, or not a lock) and Redis' PTTL."""
+
+    key: str
+    holder: str | None
+    ttl_ms: int
+
+
 def as_text(value: bytes | str) -> str:
     """A reply as str, whether the client decodes responses or not."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
@@ -99,7 +117,7 @@ class LockEngine:
     holder id of.
     """
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: Client) -> None:
         self.client = client
         self._acquire = client.register_script(_ACQUIRE)
         self._release = client.register_script(_RELEASE)
@@ -166,9 +184,127 @@ class LockEngine:
             args += (lease.holder, _ttl(lease.ttl_ms))
         return _renew_report(batch, self._renew(keys=[lease.key for lease in batch], args=args))
 
+    # -- many keys at once: listing and purging (the CLI) ------------------------------------
 
-def _renew_report(batch: Sequence[Lease], replies: Sequence[Any]) -> RenewReport:
-    """What a renew script's replies (1 renewed, 2 re-taken, else the other holder) say."""
+    def scan(self, match: str, count: int) -> Iterator[bytes | str]:
+        """Every key matching the glob ``match``, SCAN ``count`` at a time (never KEYS, which
+        blocks Redis); a key may come twice, as SCAN promises no more."""
+        yield from self.client.scan_iter(match=match, count=count)
+
+    def inspect(self, keys: Sequence[bytes | str]) -> list[LockInfo]:
+        """Holder id and PTTL of each key, in one pipeline (one round trip per Redis node)."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.get(key)
+            pipe.pttl(key)
+        replies = pipe.execute(raise_on_error=False)
+        found = []
+        for key, value, pttl in zip(keys, replies[::2], replies[1::2]):
+            # A value that is not a string (WRONGTYPE) or a key gone since (None, PTTL -2): no lock.
+            holder = as_text(value) if isinstance(value, (bytes, str)) and pttl != -2 else None
+            found.append(LockInfo(as_text(key), holder, pttl if isinstance(pttl, int) else -2))
+        return found
+
+    def delete_many(
+        self, keys: Sequence[bytes | str], notify: Callable[[str], str] | None = None
+    ) -> list[bool]:
+        """UNLINK each key whoever holds it, and PUBLISH it on ``notify(key)`` as a release
+        does, for waiters; one pipeline (one round trip per node). Returns which were deleted."""
+        return _delete_many(self.client, keys, notify)
+
+
+class ClusterLockEngine(LockEngine):
+    """A LockEngine on a Redis Cluster. A lock is one key, so one slot: acquire, release and
+    transfer go to the key's node as they are. The batched renewal cannot name keys of many
+    slots as KEYS (Redis answers CROSSSLOT), so it groups the leases by node and sends each
+    node one script call with its keys in ARGV, to that node (``target_nodes``)."""
+
+    client: RedisCluster
+
+    def renew_many(self, leases: Iterable[Lease]) -> RenewReport:
+        report = RenewReport()
+        failed: list[Lease] = []
+        error: redis.RedisError | None = None
+        for batch in self._partition(leases):
+            try:
+                report.merge(self._renew_batch(batch))
+            except redis.RedisError as exc:  # this node only: the others are still renewed
+                failed += batch
+                error = exc
+        if error is not None:
+            # A failover or a resharding moved slots: learn the slot map again, retry once.
+            self.client.nodes_manager.initialize()
+            for batch in self._partition(failed):
+                report.merge(self._renew_batch(batch))
+        return report
+
+    def _partition(self, leases: Iterable[Lease]) -> Iterator[Sequence[Lease]]:
+        by_node: dict[str, list[Lease]] = {}
+        for lease in leases:
+            by_node.setdefault(self._node_of(lease.key).name, []).append(lease)
+        yield from by_node.values()
+
+    def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
+        node = self._node_of(batch[0].key)
+        args: list[str] = []
+        for lease in batch:
+            args += (lease.key, lease.holder, _ttl(lease.ttl_ms))
+        try:
+            replies = self._renew_on(node, args)
+        except redis.exceptions.NoScriptError:
+            self.client.script_load(self._renew.script)  # on every primary
+            replies = self._renew_on(node, args)
+        return _renew_report(batch, replies)
+
+    def _renew_on(self, node: Any, args: Sequence[str]) -> Any:
+        execute = self.client.execute_command
+        return execute("EVALSHA", self._renew.sha, 0, *args, target_nodes=node)  # type: ignore[no-untyped-call]
+
+    def _node_of(self, key: str) -> Any:
+        """The primary serving ``key``'s slot, as the client's slot map says."""
+        return self.client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+
+    def scan(self, match: str, count: int) -> Iterator[bytes | str]:
+        # SCAN walks one node's keyspace: walk every primary's.
+        for node in self.client.get_primaries():  # type: ignore[no-untyped-call]
+            yield from self.client.scan_iter(match=match, count=count, target_nodes=node)
+
+    def delete_many(
+        self, keys: Sequence[bytes | str], notify: Callable[[str], str] | None = None
+    ) -> list[bool]:
+        # A cluster pipeline refuses PUBLISH: send each node's keys through that node's own
+        # client instead (PUBLISH reaches subscribers on every node), one pipeline per node.
+        by_node: dict[str, tuple[Any, list[int]]] = {}
+        for index, key in enumerate(keys):
+            node = self._node_of(as_text(key))
+            by_node.setdefault(node.name, (node, []))[1].append(index)
+        deleted = [False] * len(keys)
+        for node, indexes in by_node.values():
+            node_client = self.client.get_redis_connection(node)
+            for index, gone in zip(indexes, _delete_many(node_client, [keys[i] for i in indexes], notify)):
+                deleted[index] = gone
+        return deleted
+
+
+def _delete_many(
+    client: Client, keys: Sequence[bytes | str], notify: Callable[[str], str] | None
+) -> list[bool]:
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.unlink(key)
+        if notify is not None:
+            pipe.publish(notify(as_text(key)), key)
+    replies = pipe.execute()
+    step = 1 if notify is None else 2
+    return [bool(deleted) for deleted in replies[::step]]
+
+
+def make_engine(client: Client) -> LockEngine:
+    """The engine for ``client``: a ClusterLockEngine for a RedisCluster."""
+    return ClusterLockEngine(client) if isinstance(client, RedisCluster) else LockEngine(client)
+
+
+def _renew_report(batch: Sequence[Lease], replies: Any) -> RenewReport:
     report = RenewReport()
     for lease, reply in zip(batch, replies):
         if reply == 1:
@@ -237,7 +373,7 @@ class SemaphoreEngine:
     ``keys.semaphore_keys(key)``; a release is published on ``keys.release_channel(key)``.
     """
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: Client) -> None:
         self.client = client
         self._acquire = client.register_script(_SEM_ACQUIRE)
         self._release = client.register_script(_SEM_RELEASE)
@@ -311,6 +447,29 @@ class SemaphoreEngine:
             limit = lease.limit if isinstance(lease, SemaphoreLease) else 1
             args += (lease.holder, _ttl(lease.ttl_ms), str(limit), release_channel(lease.key))
         return _renew_report(batch, self._renew(keys=[lease.key for lease in batch], args=args))
+
+
+class ClusterSemaphoreEngine(SemaphoreEngine):
+    """A SemaphoreEngine on a Redis Cluster: a semaphore's keys share one slot (hash tags, see
+    ``keys.semaphore_keys``), so each operation goes to its node as it is; the batched renewal
+    sends one call per slot in use, as ``sem_renew`` names its keys in KEYS."""
+
+    client: RedisCluster
+
+    def _partition(self, leases: Iterable[Lease]) -> Iterator[Sequence[Lease]]:
+        by_slot: dict[int, list[Lease]] = {}
+        for lease in leases:
+            by_slot.setdefault(self.client.keyslot(lease.key), []).append(lease)  # type: ignore[no-untyped-call]
+        yield from by_slot.values()
+
+    def states(self, keys: Sequence[str]) -> list[SemaphoreState | None]:
+        # A cluster pipeline refuses EVALSHA: one call per semaphore, each to its node.
+        return [_semaphore_state(self._state(keys=[key, semaphore_keys(key)[0]])) for key in keys]
+
+
+def make_semaphore_engine(client: Client) -> SemaphoreEngine:
+    """The semaphore engine for ``client``: a ClusterSemaphoreEngine for a RedisCluster."""
+    return ClusterSemaphoreEngine(client) if isinstance(client, RedisCluster) else SemaphoreEngine(client)
 
 
 def _semaphore_state(reply: list[object] | None) -> SemaphoreState | None:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Generic, TypeVar
 
 import redis
 
-from .engine import Lease, LeaseEngine, LockEngine
+from .engine import Lease, LeaseEngine, LockEngine, make_engine
 from .errors import LockAcquireError, LockError, LockNotOwnedError
 from .keys import release_channel
 from .options import check_argument
@@ -51,7 +51,7 @@ class PerClient(Generic[_T]):
 
 
 #: The lock engine of a client.
-lock_engine_for: PerClient[LockEngine] = PerClient(LockEngine)
+lock_engine_for: PerClient[LockEngine] = PerClient(make_engine)
 
 
 def new_holder_id() -> str:

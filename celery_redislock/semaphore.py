@@ -6,7 +6,7 @@ import logging
 
 import redis
 
-from .engine import Lease, SemaphoreEngine, SemaphoreLease, SlotResult
+from .engine import Lease, SemaphoreEngine, SemaphoreLease, SlotResult, make_semaphore_engine
 from .keys import release_channel
 from .lock import HeldInRedis, PerClient, to_ms
 from .options import check_argument
@@ -17,7 +17,7 @@ __all__ = ["RedisSemaphore", "semaphore_engine_for", "take_slot", "waiter_ttl"]
 logger = logging.getLogger("celery_redislock.semaphore")
 
 #: The semaphore engine of a client.
-semaphore_engine_for: PerClient[SemaphoreEngine] = PerClient(SemaphoreEngine)
+semaphore_engine_for: PerClient[SemaphoreEngine] = PerClient(make_semaphore_engine)
 
 
 def waiter_ttl(retry_delay: float) -> float:

@@ -6,6 +6,7 @@ import time
 from typing import Callable, TypeVar
 
 import redis
+from redis.cluster import RedisCluster
 
 __all__ = ["DEFAULT_RETRY_DELAY", "wait_for"]
 
@@ -17,7 +18,7 @@ _R = TypeVar("_R")
 
 
 def wait_for(
-    client: redis.Redis,
+    client: redis.Redis | RedisCluster,
     channel: str,
     attempt: Callable[[], _R],
     done: Callable[[_R], bool],

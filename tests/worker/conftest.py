@@ -220,13 +220,14 @@ class WorkerProcess:
 
 @pytest.fixture
 def worker_process(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
-    """``worker_process(source, "-c", "2")``: writes ``source`` as a module, starts a prefork worker on it."""
+    """``worker_process(source, "-c", "2", pool="prefork")``: writes ``source`` as a module,
+    starts a worker subprocess on it with that pool (prefork, threads, solo or gevent)."""
     started: list[WorkerProcess] = []
 
-    def start(source: str, *args: str) -> WorkerProcess:
+    def start(source: str, *args: str, pool: str = "prefork") -> WorkerProcess:
         module = f"wapp{next(_names)}"
         (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
-        proc = WorkerProcess(tmp_path, module, ["-P", "prefork", *args])
+        proc = WorkerProcess(tmp_path, module, ["-P", pool, *args])
         started.append(proc)
         proc.wait_ready()
         return proc
