@@ -7,6 +7,8 @@ from .engine import AcquireResult, AcquireStatus, Lease, LockEngine, RenewReport
 from .errors import (
     ConfigurationError,
     DuplicateTaskError,
+    LockAcquireError,
+    LockError,
     LockKeyError,
     LockNotOwnedError,
     LockUnavailableError,
@@ -14,6 +16,8 @@ from .errors import (
     RedisLockError,
     RedisURLError,
 )
+from .lock import RedisLock
+from .semaphore import RedisSemaphore
 from .task import SingletonTask
 from .worker import consumed_queue  # importing it connects the worker signal handlers
 
@@ -23,12 +27,16 @@ __all__ = [
     "ConfigurationError",
     "DuplicateTaskError",
     "Lease",
+    "LockAcquireError",
     "LockEngine",
+    "LockError",
     "LockKeyError",
     "LockNotOwnedError",
     "LockUnavailableError",
     "OptionError",
+    "RedisLock",
     "RedisLockError",
+    "RedisSemaphore",
     "RedisURLError",
     "RenewReport",
     "SingletonTask",

@@ -98,12 +98,13 @@ def _check_task_name(name: str | None) -> None:
 # -- Redis side: SCAN, then one pipeline per batch of keys ---------------------------------
 
 
-def _scan_locks(runtime: Runtime, task: str | None) -> Iterator[list[tuple[bytes, str, str]]]:
-    """Batches of ``(raw key, key, task)`` for the app's lock keys (of ``task`` if given)."""
+def _scan_locks(runtime: Runtime, task: str | None) -> Iterator[list[tuple[bytes | str, str, str]]]:
+    """Batches of ``(raw key, key, task)`` for the app's lock keys (of ``task`` if given),
+    from every node (the engine SCANs each primary of a cluster)."""
     prefix = runtime.settings.key_prefix
     pattern = _glob_escape(prefix) + ":" + (_glob_escape(task) + ":*" if task is not None else "*")
-    batch: list[tuple[bytes, str, str]] = []
-    for raw in runtime.engine.client.scan_iter(match=pattern, count=BATCH):
+    batch: list[tuple[bytes | str, str, str]] = []
+    for raw in runtime.engine.scan(pattern, BATCH):
         key = as_text(raw)
         try:
             key_prefix, key_task, _ = parse_key(key)
@@ -121,32 +122,34 @@ def _scan_locks(runtime: Runtime, task: str | None) -> Iterator[list[tuple[bytes
 
 
 def _held_locks(runtime: Runtime, task: str | None) -> Iterator[Lock]:
-    client = runtime.engine.client
     for batch in _scan_locks(runtime, task):
-        raws = [raw for raw, _, _ in batch]
-        # One MGET and a PTTL per key: 1 + BATCH commands in one round trip.
-        pipe = client.pipeline(transaction=False)
-        pipe.mget(raws)
-        for raw in raws:
-            pipe.pttl(raw)
-        values, *pttls = pipe.execute()
-        for (_, key, key_task), value, pttl in zip(batch, values, pttls):
-            # Gone since the SCAN (None, PTTL -2), or not a string (MGET gives None): not a lock.
-            if value is not None and pttl != -2:
-                yield Lock(key, key_task, as_text(value), pttl)
+        # A GET and a PTTL per key: one round trip per batch (per node of a cluster).
+        infos = runtime.engine.inspect([raw for raw, _, _ in batch])
+        others: list[tuple[str, str]] = []
+        for (_, key, key_task), info in zip(batch, infos):
+            if info.holder is not None:
+                yield Lock(key, key_task, info.holder, info.ttl_ms)
+            elif info.ttl_ms != -2:  # there, but not a string: a semaphore's holders
+                others.append((key, key_task))
+        yield from _held_slots(runtime, others)
+
+
+def _held_slots(runtime: Runtime, keys: list[tuple[str, str]]) -> Iterator[Lock]:
+    """A row per live holder of each semaphore (max_concurrency > 1) among ``keys``; one round trip."""
+    if not keys:
+        return
+    states = runtime.semaphores.states([key for key, _ in keys])
+    for (key, key_task), state in zip(keys, states):
+        for holder, left_ms in state.holders if state is not None else ():
+            yield Lock(key, key_task, holder, left_ms)
 
 
 def _purge(runtime: Runtime, task: str | None, removed: Callable[[str], None]) -> None:
     """UNLINK the locks, calling ``removed`` with each deleted key; notify waiters as a release does."""
-    client = runtime.engine.client
     for batch in _scan_locks(runtime, task):
-        pipe = client.pipeline(transaction=False)
-        for raw, key, _ in batch:
-            pipe.unlink(raw)
-            pipe.publish(runtime.release_channel(key), raw)
-        replies = pipe.execute()
-        for (_, key, _), deleted in zip(batch, replies[::2]):
-            if deleted:
+        deleted = runtime.engine.delete_many([raw for raw, _, _ in batch], notify=runtime.release_channel)
+        for (_, key, _), gone in zip(batch, deleted):
+            if gone:
                 removed(key)
 
 
@@ -291,6 +294,8 @@ def release(ctx: click.Context, key: str, yes: bool) -> None:
             f"{key!r} is not a lock key under prefix {prefix!r} (keys look like {prefix}:<task>:<digest>)",
             EX_FAILURE,
         )
+    if _release_slots(ctx, runtime, key, yes):
+        return
     engine = runtime.engine
     holder = engine.holder_of(key)
     if holder is None:
@@ -303,6 +308,21 @@ def release(ctx: click.Context, key: str, yes: bool) -> None:
         state = "has expired" if now is None else f"is now held by {now}"
         raise CeleryCommandException(f"Lock {key} was not released: it {state}", EX_FAILURE)
     _cli(ctx).echo(f"Released {key} (held by {holder})")
+
+
+def _release_slots(ctx: click.Context, runtime: Runtime, key: str, yes: bool) -> bool:
+    """``release`` of a semaphore's key (max_concurrency > 1): give back the slots of the
+    holders it shows (compare-and-remove: a holder that came since stays). False: not one."""
+    state = runtime.semaphores.state(key)
+    if state is None or not state.holders:
+        return False
+    holders = [holder for holder, _ in state.holders]
+    shown = ", ".join(holders)
+    if not yes and _interactive():
+        click.confirm(f"Release {key} (held by {shown})?", abort=True)
+    released = runtime.semaphores.release_holders(key, holders, notify=runtime.release_channel(key))
+    _cli(ctx).echo(f"Released {released} of {len(holders)} holder(s) of {key} ({shown})")
+    return True
 
 
 @redislock.command(cls=CeleryCommand)

@@ -3,13 +3,36 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import Any, Protocol, Union
 
 import redis
+from redis.cluster import RedisCluster
 
-__all__ = ["AcquireResult", "AcquireStatus", "Lease", "LockEngine", "RenewReport"]
+from .keys import release_channel, semaphore_keys
+
+__all__ = [
+    "AcquireResult",
+    "AcquireStatus",
+    "ClusterLockEngine",
+    "ClusterSemaphoreEngine",
+    "Lease",
+    "LeaseEngine",
+    "LockEngine",
+    "LockInfo",
+    "RenewReport",
+    "SemaphoreEngine",
+    "SemaphoreLease",
+    "SemaphoreState",
+    "SlotResult",
+    "make_engine",
+    "make_semaphore_engine",
+]
+
+#: A client of one Redis (or of a Sentinel-managed master), or of a Redis Cluster.
+Client = Union[redis.Redis, RedisCluster]
 
 
 def _load_script(name: str) -> str:
@@ -21,6 +44,10 @@ _ACQUIRE = _load_script("acquire.lua")
 _RELEASE = _load_script("release.lua")
 _RENEW = _load_script("renew.lua")
 _TRANSFER = _load_script("transfer.lua")
+_SEM_ACQUIRE = _load_script("sem_acquire.lua")
+_SEM_RELEASE = _load_script("sem_release.lua")
+_SEM_RENEW = _load_script("sem_renew.lua")
+_SEM_STATE = _load_script("sem_state.lua")
 
 
 class AcquireStatus(enum.IntEnum):
@@ -68,6 +95,15 @@ class RenewReport:
         self.stolen += other.stolen
 
 
+@dataclass(frozen=True)
+class LockInfo:
+    """A lock key as found: its holder id (None: gone, or not a lock) and Redis' PTTL."""
+
+    key: str
+    holder: str | None
+    ttl_ms: int
+
+
 def as_text(value: bytes | str) -> str:
     """A reply as str, whether the client decodes responses or not."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
@@ -81,7 +117,7 @@ class LockEngine:
     holder id of.
     """
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: Client) -> None:
         self.client = client
         self._acquire = client.register_script(_ACQUIRE)
         self._release = client.register_script(_RELEASE)
@@ -146,19 +182,300 @@ class LockEngine:
         args: list[str] = []
         for lease in batch:
             args += (lease.holder, _ttl(lease.ttl_ms))
-        replies = self._renew(keys=[lease.key for lease in batch], args=args)
+        return _renew_report(batch, self._renew(keys=[lease.key for lease in batch], args=args))
+
+    # -- many keys at once: listing and purging (the CLI) ------------------------------------
+
+    def scan(self, match: str, count: int) -> Iterator[bytes | str]:
+        """Every key matching the glob ``match``, SCAN ``count`` at a time (never KEYS, which
+        blocks Redis); a key may come twice, as SCAN promises no more."""
+        yield from self.client.scan_iter(match=match, count=count)
+
+    def inspect(self, keys: Sequence[bytes | str]) -> list[LockInfo]:
+        """Holder id and PTTL of each key, in one pipeline (one round trip per Redis node)."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.get(key)
+            pipe.pttl(key)
+        replies = pipe.execute(raise_on_error=False)
+        found = []
+        for key, value, pttl in zip(keys, replies[::2], replies[1::2]):
+            # A value that is not a string (WRONGTYPE) or a key gone since (None, PTTL -2): no lock.
+            holder = as_text(value) if isinstance(value, (bytes, str)) and pttl != -2 else None
+            found.append(LockInfo(as_text(key), holder, pttl if isinstance(pttl, int) else -2))
+        return found
+
+    def delete_many(
+        self, keys: Sequence[bytes | str], notify: Callable[[str], str] | None = None
+    ) -> list[bool]:
+        """UNLINK each key whoever holds it, and PUBLISH it on ``notify(key)`` as a release
+        does, for waiters; one pipeline (one round trip per node). Returns which were deleted."""
+        return _delete_many(self.client, keys, notify)
+
+
+class ClusterLockEngine(LockEngine):
+    """A LockEngine on a Redis Cluster. A lock is one key, so one slot: acquire, release and
+    transfer go to the key's node as they are. The batched renewal cannot name keys of many
+    slots as KEYS (Redis answers CROSSSLOT), so it groups the leases by node and sends each
+    node one script call with its keys in ARGV, to that node (``target_nodes``)."""
+
+    client: RedisCluster
+
+    def renew_many(self, leases: Iterable[Lease]) -> RenewReport:
         report = RenewReport()
-        for lease, reply in zip(batch, replies):
-            if reply == 1:
-                report.renewed.append(lease)
-            elif reply == 2:
-                report.retaken.append(lease)
-            else:
-                report.stolen.append((lease, as_text(reply)))
+        failed: list[Lease] = []
+        error: redis.RedisError | None = None
+        for batch in self._partition(leases):
+            try:
+                report.merge(self._renew_batch(batch))
+            except redis.RedisError as exc:  # this node only: the others are still renewed
+                failed += batch
+                error = exc
+        if error is not None:
+            # A failover or a resharding moved slots: learn the slot map again, retry once.
+            self.client.nodes_manager.initialize()
+            for batch in self._partition(failed):
+                report.merge(self._renew_batch(batch))
         return report
+
+    def _partition(self, leases: Iterable[Lease]) -> Iterator[Sequence[Lease]]:
+        by_node: dict[str, list[Lease]] = {}
+        for lease in leases:
+            by_node.setdefault(self._node_of(lease.key).name, []).append(lease)
+        yield from by_node.values()
+
+    def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
+        node = self._node_of(batch[0].key)
+        args: list[str] = []
+        for lease in batch:
+            args += (lease.key, lease.holder, _ttl(lease.ttl_ms))
+        try:
+            replies = self._renew_on(node, args)
+        except redis.exceptions.NoScriptError:
+            self.client.script_load(self._renew.script)  # on every primary
+            replies = self._renew_on(node, args)
+        return _renew_report(batch, replies)
+
+    def _renew_on(self, node: Any, args: Sequence[str]) -> Any:
+        execute = self.client.execute_command
+        return execute("EVALSHA", self._renew.sha, 0, *args, target_nodes=node)  # type: ignore[no-untyped-call]
+
+    def _node_of(self, key: str) -> Any:
+        """The primary serving ``key``'s slot, as the client's slot map says."""
+        return self.client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+
+    def scan(self, match: str, count: int) -> Iterator[bytes | str]:
+        # SCAN walks one node's keyspace: walk every primary's.
+        for node in self.client.get_primaries():  # type: ignore[no-untyped-call]
+            yield from self.client.scan_iter(match=match, count=count, target_nodes=node)
+
+    def delete_many(
+        self, keys: Sequence[bytes | str], notify: Callable[[str], str] | None = None
+    ) -> list[bool]:
+        # A cluster pipeline refuses PUBLISH: send each node's keys through that node's own
+        # client instead (PUBLISH reaches subscribers on every node), one pipeline per node.
+        by_node: dict[str, tuple[Any, list[int]]] = {}
+        for index, key in enumerate(keys):
+            node = self._node_of(as_text(key))
+            by_node.setdefault(node.name, (node, []))[1].append(index)
+        deleted = [False] * len(keys)
+        for node, indexes in by_node.values():
+            node_client = self.client.get_redis_connection(node)
+            for index, gone in zip(indexes, _delete_many(node_client, [keys[i] for i in indexes], notify)):
+                deleted[index] = gone
+        return deleted
+
+
+def _delete_many(
+    client: Client, keys: Sequence[bytes | str], notify: Callable[[str], str] | None
+) -> list[bool]:
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.unlink(key)
+        if notify is not None:
+            pipe.publish(notify(as_text(key)), key)
+    replies = pipe.execute()
+    step = 1 if notify is None else 2
+    return [bool(deleted) for deleted in replies[::step]]
+
+
+def make_engine(client: Client) -> LockEngine:
+    """The engine for ``client``: a ClusterLockEngine for a RedisCluster."""
+    return ClusterLockEngine(client) if isinstance(client, RedisCluster) else LockEngine(client)
+
+
+def _renew_report(batch: Sequence[Lease], replies: Any) -> RenewReport:
+    report = RenewReport()
+    for lease, reply in zip(batch, replies):
+        if reply == 1:
+            report.renewed.append(lease)
+        elif reply == 2:
+            report.retaken.append(lease)
+        else:
+            report.stolen.append((lease, as_text(reply)))
+    return report
 
 
 def _ttl(ttl_ms: int) -> str:
     if ttl_ms <= 0:
         raise ValueError(f"lock TTL must be a positive number of milliseconds, got {ttl_ms}")
     return str(int(ttl_ms))
+
+
+class LeaseEngine(Protocol):
+    """What the renewal timer and the release paths need of an engine (locks or semaphores)."""
+
+    def renew_many(self, leases: Iterable[Lease]) -> RenewReport: ...
+
+    def release(self, key: str, holder: str, *, notify: str | None = None) -> bool: ...
+
+    def release_holder_prefix(self, key: str, prefix: str, *, notify: str | None = None) -> bool: ...
+
+
+# -- semaphores ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SemaphoreLease(Lease):
+    """A slot of a semaphore this process holds: renewal also needs the semaphore's limit."""
+
+    limit: int = 1
+
+
+@dataclass(frozen=True)
+class SlotResult:
+    """Outcome of one semaphore acquire: ``status`` is None when no slot was free for the
+    caller; then ``holders`` hold the slots and ``ticket`` is its place in the queue (0: none)."""
+
+    status: AcquireStatus | None
+    holders: tuple[str, ...] = ()
+    ticket: int = 0
+
+    @property
+    def acquired(self) -> bool:
+        return self.status is not None
+
+
+@dataclass(frozen=True)
+class SemaphoreState:
+    """A semaphore by the server's clock: live holders with milliseconds left, waiters queued."""
+
+    holders: tuple[tuple[str, int], ...]
+    waiting: int
+
+
+class SemaphoreEngine:
+    """The Redis side of a fair counting semaphore; every operation is one script call.
+
+    Holders live in a sorted set at the semaphore's key, scored by their expiry on the Redis
+    server's clock; waiters in a queue scored by a ticket from a counter (INCR), so they are
+    served in arrival order whatever the clocks of their hosts. The auxiliary keys are
+    ``keys.semaphore_keys(key)``; a release is published on ``keys.release_channel(key)``.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self._acquire = client.register_script(_SEM_ACQUIRE)
+        self._release = client.register_script(_SEM_RELEASE)
+        self._renew = client.register_script(_SEM_RENEW)
+        self._state = client.register_script(_SEM_STATE)
+
+    def acquire(
+        self, key: str, holder: str, limit: int, ttl_ms: int, *, wait_ttl_ms: int = 0, ticket: int = 0
+    ) -> SlotResult:
+        """Take a slot of ``key`` for ``holder`` if one is free for it.
+
+        With ``wait_ttl_ms`` the caller queues (or keeps its place) and must call again within
+        that time to stay queued; ``ticket`` is the one an earlier call gave it. Without, it
+        never takes a slot a queued waiter is owed.
+        """
+        queue, alive, counter = semaphore_keys(key)
+        wait_ttl = _ttl(wait_ttl_ms) if wait_ttl_ms else "0"
+        reply = self._acquire(
+            keys=[key, queue, alive, counter],
+            args=[holder, str(int(limit)), _ttl(ttl_ms), wait_ttl, str(int(ticket)), release_channel(key)],
+        )
+        if reply[0] != 0:
+            return SlotResult(AcquireStatus(reply[0]))
+        return SlotResult(None, tuple(as_text(h) for h in reply[2]), int(reply[1]))
+
+    def release(self, key: str, holder: str, *, notify: str | None = None) -> bool:
+        """Give back ``holder``'s slot (and its place in the queue); False if it had none."""
+        return self.release_holders(key, [holder], notify=notify) > 0
+
+    def release_holders(self, key: str, holders: Sequence[str], *, notify: str | None = None) -> int:
+        """Give back the slots of ``holders``; returns how many they held."""
+        return self._call_release(key, "0", holders, notify)
+
+    def release_holder_prefix(self, key: str, prefix: str, *, notify: str | None = None) -> bool:
+        """Give back every slot whose holder id starts with ``prefix`` (a dead process's)."""
+        return self._call_release(key, "1", [prefix], notify) > 0
+
+    def _call_release(self, key: str, mode: str, ids: Sequence[str], notify: str | None) -> int:
+        queue, alive, _ = semaphore_keys(key)
+        return int(self._release(keys=[key, queue, alive], args=[mode, notify or "", *ids]))
+
+    def state(self, key: str) -> SemaphoreState | None:
+        """The semaphore at ``key`` now, or None when ``key`` holds something else (a lock)."""
+        return self.states([key])[0]
+
+    def states(self, keys: Sequence[str]) -> list[SemaphoreState | None]:
+        """:meth:`state` of each key, in one round trip (a pipeline)."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            self._state(keys=[key, semaphore_keys(key)[0]], client=pipe)
+        return [_semaphore_state(reply) for reply in pipe.execute()]
+
+    def renew_many(self, leases: Iterable[Lease]) -> RenewReport:
+        """Renew every slot, one script call per partition (one in all for a single Redis).
+
+        A slot that is gone is taken back while the semaphore has one free; else reported.
+        """
+        report = RenewReport()
+        for batch in self._partition(leases):
+            if batch:
+                report.merge(self._renew_batch(batch))
+        return report
+
+    def _partition(self, leases: Iterable[Lease]) -> Iterator[Sequence[Lease]]:
+        # As LockEngine._partition: a cluster engine yields one batch per node.
+        yield list(leases)
+
+    def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
+        args: list[str] = []
+        for lease in batch:
+            limit = lease.limit if isinstance(lease, SemaphoreLease) else 1
+            args += (lease.holder, _ttl(lease.ttl_ms), str(limit), release_channel(lease.key))
+        return _renew_report(batch, self._renew(keys=[lease.key for lease in batch], args=args))
+
+
+class ClusterSemaphoreEngine(SemaphoreEngine):
+    """A SemaphoreEngine on a Redis Cluster: a semaphore's keys share one slot (hash tags, see
+    ``keys.semaphore_keys``), so each operation goes to its node as it is; the batched renewal
+    sends one call per slot in use, as ``sem_renew`` names its keys in KEYS."""
+
+    client: RedisCluster
+
+    def _partition(self, leases: Iterable[Lease]) -> Iterator[Sequence[Lease]]:
+        by_slot: dict[int, list[Lease]] = {}
+        for lease in leases:
+            by_slot.setdefault(self.client.keyslot(lease.key), []).append(lease)  # type: ignore[no-untyped-call]
+        yield from by_slot.values()
+
+    def states(self, keys: Sequence[str]) -> list[SemaphoreState | None]:
+        # A cluster pipeline refuses EVALSHA: one call per semaphore, each to its node.
+        return [_semaphore_state(self._state(keys=[key, semaphore_keys(key)[0]])) for key in keys]
+
+
+def make_semaphore_engine(client: Client) -> SemaphoreEngine:
+    """The semaphore engine for ``client``: a ClusterSemaphoreEngine for a RedisCluster."""
+    return ClusterSemaphoreEngine(client) if isinstance(client, RedisCluster) else SemaphoreEngine(client)
+
+
+def _semaphore_state(reply: list[object] | None) -> SemaphoreState | None:
+    if not reply:
+        return None
+    waiting, live = reply
+    assert isinstance(waiting, int) and isinstance(live, list)
+    pairs = tuple((as_text(live[i]), int(live[i + 1])) for i in range(0, len(live), 2))
+    return SemaphoreState(pairs, waiting)

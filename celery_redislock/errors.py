@@ -78,12 +78,32 @@ class LockUnavailableError(RedisLockError):
         )
 
 
-class LockNotOwnedError(RedisLockError):
+class LockError(RedisLockError):
+    """A ``RedisLock`` or ``RedisSemaphore`` used the wrong way (released while not acquired,
+    acquired twice by one object); the message names the key."""
+
+
+class LockAcquireError(LockError):
+    """A ``with RedisLock(...)`` / ``RedisSemaphore`` block could not get in (non-blocking, or
+    ``acquire_timeout`` passed). ``holders`` are the ids that held it at the last attempt."""
+
+    def __init__(self, key: str, holders: tuple[str, ...], waited: float | None) -> None:
+        self.key = key
+        self.holders = holders
+        self.waited = waited
+        held = ", ".join(holders) if holders else "nobody (waiters queued first)"
+        how = "without blocking" if not waited else f"within {waited:g}s"
+        super().__init__(f"Could not acquire {key} {how}: it is held by {held}")
+
+
+class LockNotOwnedError(LockError):
     """A lock was released or extended by a holder that no longer owns it."""
 
-    def __init__(self, key: str, holder: str, current: str | None) -> None:
+    def __init__(
+        self, key: str, holder: str, current: str | None, action: str = "release", kind: str = "lock"
+    ) -> None:
         self.key = key
         self.holder = holder
         self.current = current
         now = "has expired" if current is None else f"is now held by {current}"
-        super().__init__(f"Cannot release lock {key}: it is not owned by {holder}, it {now}")
+        super().__init__(f"Cannot {action} {kind} {key}: it is not owned by {holder}, it {now}")

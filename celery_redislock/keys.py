@@ -23,6 +23,8 @@ __all__ = [
     "digest",
     "format_key",
     "parse_key",
+    "release_channel",
+    "semaphore_keys",
 ]
 
 #: ``lock_key`` as a callable: ``(task, args, kwargs) -> str``.
@@ -227,6 +229,30 @@ def parse_key(key: str) -> tuple[str, str, str]:
     if len(parts) != 3 or not all(parts) or len(parts[2]) != DIGEST_LENGTH or not _HEX.issuperset(parts[2]):
         raise ValueError(f"{key!r} is not a lock key of the form '<prefix>:<task name>:<digest>'")
     return parts[0], parts[1], parts[2]
+
+
+def release_channel(key: str) -> str:
+    """The PUBSUB channel a release of ``key`` is published on, for waiters."""
+    return f"{key}:released"
+
+
+def _hash_tag(key: str) -> str | None:
+    # Redis Cluster's rule: the text between the first '{' and the next '}', if not empty.
+    start = key.find("{")
+    end = key.find("}", start + 1) if start >= 0 else -1
+    return key[start + 1 : end] if end > start + 1 else None
+
+
+def semaphore_keys(key: str) -> tuple[str, str, str]:
+    """The waiters' queue, the waiters' liveness and the ticket counter of the semaphore whose
+    holders live at ``key``, named so that Redis Cluster puts them in ``key``'s slot.
+
+    A key with a hash tag keeps it (``x{t}y`` -> ``x{t}y:queue``); one without is wrapped in
+    one (``a:b`` -> ``{a:b}:queue``, the slot of ``a:b``). A key without a tag that has a
+    ``}`` cannot be wrapped: its keys are suffixed only (one Redis is fine, a cluster is not).
+    """
+    base = key if _hash_tag(key) is not None or "}" in key else "{" + key + "}"
+    return f"{base}:queue", f"{base}:alive", f"{base}:ticket"
 
 
 def _describe(task_name: str, signature: inspect.Signature) -> str:

@@ -8,7 +8,7 @@ import numbers
 import re
 import reprlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Literal, Optional, Union, get_args
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -17,9 +17,11 @@ from .errors import OptionError, RedisURLError
 from .keys import LockKeyFunc
 
 __all__ = [
+    "CLUSTER_PARAM",
     "OPTION_NAMES",
     "REDIS_URL_SCHEMES",
     "SETTING_DEFAULTS",
+    "TRANSPORT_OPTION_DEFAULTS",
     "AppSettings",
     "LockKey",
     "LockKeyFunc",
@@ -27,19 +29,25 @@ __all__ = [
     "LockOptions",
     "OnDuplicate",
     "OnRedisError",
+    "Topology",
+    "check_argument",
     "mask_url",
     "read_settings",
     "resolve",
     "resolve_redis_url",
     "source_queue",
     "source_task",
+    "url_topology",
     "validate",
+    "validate_transport_options",
 ]
 
 OnDuplicate = Literal["skip", "retry", "raise", "wait"]
 LockOn = Literal["execute", "enqueue"]
 OnRedisError = Literal["retry", "run", "fail"]
 LockKey = Optional[Union[tuple[str, ...], LockKeyFunc]]
+#: What a lock URL names: one Redis, a master found through Sentinels, or a Redis Cluster.
+Topology = Literal["single", "sentinel", "cluster"]
 
 
 def _ms(seconds: float, minimum: int = 1) -> int:
@@ -275,7 +283,45 @@ def validate(options: Mapping[str, Any], source: str) -> dict[str, Any]:
     if renew is not None and timeout is not None and renew >= timeout:
         problem = _renew_too_long(renew, timeout, "", " set in the same place")
         raise OptionError("renew_interval", source, problem)
+    clash = _clash(result)
+    if clash is not None:
+        raise OptionError(clash[0], source, clash[1] + " set in the same place")
     return result
+
+
+def _clash(options: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(option, problem)`` for options that cannot go together, else None.
+
+    A semaphore (``max_concurrency`` > 1) is taken by each execution for itself: it is not
+    taken at enqueue, nor handed over to a retry.
+    """
+    limit = options.get("max_concurrency") or 1
+    if limit <= 1:
+        return None
+    if options.get("lock_on") == "enqueue":
+        return "lock_on", f"'enqueue' cannot be used with max_concurrency={limit} (use 'execute')"
+    if options.get("release_on_retry") is False:
+        return "release_on_retry", f"False cannot be used with max_concurrency={limit} (use True)"
+    return None
+
+
+#: Checks of the arguments of ``RedisLock`` and ``RedisSemaphore``, by kind.
+_ARGUMENT_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "seconds": _positive_seconds,
+    "seconds or 0": _non_negative_seconds,
+    "count": _check_max_concurrency,
+    "flag": _check_bool,
+}
+
+
+def check_argument(kind: str, name: str, value: Any, source: str) -> Any:
+    """Check a constructor argument of kind ``"seconds"`` (> 0), ``"seconds or 0"``,
+    ``"count"`` (an int >= 1) or ``"flag"``; returns it normalised, or raises OptionError
+    naming ``name`` and ``source`` (``RedisLock('jobs')``)."""
+    try:
+        return _ARGUMENT_CHECKS[kind](value)
+    except _Bad as bad:
+        raise OptionError(name, source, str(bad)) from None
 
 
 # --- resolution across layers ---------------------------------------------------------------
@@ -333,6 +379,14 @@ def resolve(
             f" from {origin.get('lock_timeout', 'the default')}",
         )
         raise OptionError("renew_interval", blamed, problem)
+    clash = _clash(merged)
+    if clash is not None:
+        option, problem = clash
+        involved = {origin[option], origin["max_concurrency"]}
+        blamed = next(source for _, source in layers if source in involved)
+        raise OptionError(
+            option, blamed, f"{problem} (from {origin['max_concurrency']}; {option} from {origin[option]})"
+        )
     return LockOptions(**merged)
 
 
@@ -345,6 +399,20 @@ SETTING_DEFAULTS: dict[str, Any] = {
     "redislock_key_prefix": "redislock",
     "redislock_options": {},
     "redislock_queues": {},
+    # None: inherit the Sentinel options of the setting the URL came from (broker_url's
+    # broker_transport_options, result_backend's result_backend_transport_options).
+    "redislock_transport_options": None,
+}
+
+#: The transport options the lock client understands, as in ``broker_transport_options``
+#: for a ``sentinel://`` broker (kombu's names), and their defaults.
+TRANSPORT_OPTION_DEFAULTS: dict[str, Any] = {
+    #: the name of the master in the Sentinels' ``sentinel monitor`` line; required for Sentinel
+    "master_name": None,
+    #: connection arguments for the Sentinels themselves (a ``password``, say)
+    "sentinel_kwargs": None,
+    #: Sentinels that must agree a master is the master before the client uses it
+    "min_other_sentinels": 0,
 }
 
 _APP = "app configuration"
@@ -358,13 +426,20 @@ class AppSettings:
     key_prefix: str
     options: Mapping[str, Any]
     queues: Mapping[str, Mapping[str, Any]]
+    #: validated transport options (``TRANSPORT_OPTION_DEFAULTS`` keys) for the lock client
+    transport_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def topology(self) -> Topology:
+        return url_topology(self.url)
 
     def __repr__(self) -> str:
-        # Settings end up in logs and tracebacks; the URL may carry a password.
+        # Settings end up in logs and tracebacks; the URL (and sentinel_kwargs) may carry a password.
         return (
             f"AppSettings(url={mask_url(self.url)!r}, key_prefix={self.key_prefix!r}, "
             f"options={dict(self.options)!r}, "
-            f"queues={ {name: dict(layer) for name, layer in self.queues.items()}!r})"
+            f"queues={ {name: dict(layer) for name, layer in self.queues.items()}!r}, "
+            f"transport_options={sorted(self.transport_options)!r})"
         )
 
     def options_for(self, task_name: str, task_options: Mapping[str, Any], queue: str | None) -> LockOptions:
@@ -438,18 +513,109 @@ def read_settings(conf: Mapping[str, Any]) -> AppSettings:
             )
         queue_layers[name] = MappingProxyType(validate(layer, source_queue(name)))
 
-    url = resolve_redis_url(
+    url, url_setting = _resolve_redis_url(
         _setting(conf, "redislock_url"),
         _conf_url(conf, "broker_url"),
         _conf_url(conf, "result_backend"),
     )
+    transport = _transport_options(conf, url, url_setting)
     # Read-only views: the result is cached per app and shared by every task.
     return AppSettings(
         url=url,
         key_prefix=prefix,
         options=MappingProxyType(app_layer),
         queues=MappingProxyType(queue_layers),
+        transport_options=MappingProxyType(transport),
     )
+
+
+# --- transport options (Sentinel) -----------------------------------------------------------
+
+#: Where the lock client inherits transport options from, by the setting its URL came from.
+_INHERITED_TRANSPORT = {
+    "broker_url": "broker_transport_options",
+    "result_backend": "result_backend_transport_options",
+}
+
+
+def validate_transport_options(value: Any, source: str, *, inherited: bool = False) -> dict[str, Any]:
+    """Check transport options for the lock client; returns the ones given (defaults are
+    ``TRANSPORT_OPTION_DEFAULTS``).
+
+    ``source`` names the setting in errors. ``inherited`` options (the broker's) also carry
+    settings of the broker's own (``visibility_timeout``...): those are ignored, while an
+    unknown name in ``redislock_transport_options`` is an error.
+    """
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        raise OptionError(
+            source, _APP, f"must be a dict of option name -> value, {_got(value, wrong_type=True)}"
+        )
+    result: dict[str, Any] = {}
+    for name, item in value.items():
+        if name not in TRANSPORT_OPTION_DEFAULTS:
+            if inherited:
+                continue
+            known = ", ".join(sorted(TRANSPORT_OPTION_DEFAULTS))
+            close = difflib.get_close_matches(str(name), TRANSPORT_OPTION_DEFAULTS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise OptionError(str(name), source, f"is unknown{hint}; known transport options: {known}")
+        try:
+            result[name] = _TRANSPORT_CHECKS[name](item)
+        except _Bad as bad:
+            raise OptionError(name, source, str(bad)) from None
+    return result
+
+
+def _check_master_name(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and value and not any(c.isspace() for c in value)):
+        return value
+    raise _Bad(
+        f"must be the master's name in the Sentinels' configuration (a str), {_got(value, wrong_type=not isinstance(value, str))}"
+    )
+
+
+def _check_sentinel_kwargs(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise _Bad(
+            f"must be None or a dict of connection arguments for the Sentinels, {_got(value, wrong_type=True)}"
+        )
+    return dict(value)
+
+
+def _check_min_other_sentinels(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise _Bad(f"must be an int >= 0, {_got(value, wrong_type=not isinstance(value, numbers.Integral))}")
+    return int(value)
+
+
+_TRANSPORT_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "master_name": _check_master_name,
+    "sentinel_kwargs": _check_sentinel_kwargs,
+    "min_other_sentinels": _check_min_other_sentinels,
+}
+assert set(_TRANSPORT_CHECKS) == set(TRANSPORT_OPTION_DEFAULTS), "every transport option needs a check"
+
+
+def _transport_options(conf: Mapping[str, Any], url: str, url_setting: str) -> dict[str, Any]:
+    own = _setting(conf, "redislock_transport_options")
+    if own is not None:
+        source = "redislock_transport_options"
+        options = validate_transport_options(own, source)
+    else:
+        source = _INHERITED_TRANSPORT.get(url_setting, "redislock_transport_options")
+        inherited = conf.get(source) if source != "redislock_transport_options" else None
+        options = validate_transport_options(inherited, source, inherited=True)
+    if url_topology(url) == "sentinel" and options.get("master_name") is None:
+        raise RedisURLError(
+            f"{url_setting} is a Sentinel URL ({mask_url(url)!r}) but {source} has no 'master_name': "
+            f"set redislock_transport_options = {{'master_name': 'mymaster'}}, the name the "
+            f"Sentinels monitor the master under"
+        )
+    return options
 
 
 # --- the Redis URL --------------------------------------------------------------------------
@@ -512,7 +678,49 @@ def _usable(value: Any) -> str | None:
         return ";".join(u for u in urls if _scheme(u) == "sentinel")
     if _scheme(first) == "redis+socket":
         return _socket_to_unix(first)
+    if _cluster_flag(first):
+        # Every node listed is a startup node of the one cluster.
+        return ";".join(u for u in urls if _scheme(u) in _CLUSTER_SCHEMES)
     return first
+
+
+#: The URL query parameter that marks a Redis Cluster: ``redis://node:7000/0?cluster=true``.
+CLUSTER_PARAM = "cluster"
+_CLUSTER_SCHEMES = frozenset({"redis", "rediss"})
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+
+
+def _cluster_flag(url: str) -> bool:
+    """Whether ``url`` asks for a Redis Cluster (``?cluster=true``); RedisURLError if unclear."""
+    values = [v for k, v in parse_qsl(urlsplit(url).query, keep_blank_values=True) if k == CLUSTER_PARAM]
+    if not values:
+        return False
+    value = values[-1].lower()
+    if value not in _TRUE | _FALSE:
+        raise RedisURLError(f"{CLUSTER_PARAM}={values[-1]!r} in {mask_url(url)!r} must be true or false")
+    return value in _TRUE
+
+
+def url_topology(url: str) -> Topology:
+    """What a resolved lock URL names: ``"sentinel"``, ``"cluster"`` or ``"single"``."""
+    first = url.split(";", 1)[0]
+    if _scheme(first) == "sentinel":
+        return "sentinel"
+    if _scheme(first) in _CLUSTER_SCHEMES and _cluster_flag(first):
+        return "cluster"
+    return "single"
+
+
+def _check_cluster(url: str, setting: str) -> None:
+    for part in url.split(";"):
+        path = urlsplit(part).path.strip("/")
+        query_db = [v for k, v in parse_qsl(urlsplit(part).query) if k == "db"]
+        if path not in ("", "0") or any(v != "0" for v in query_db):
+            raise RedisURLError(
+                f"{setting} names a Redis Cluster, which has only database 0, got {mask_url(part)!r}; "
+                f"drop the database number, or use a redislock_key_prefix to keep apps apart"
+            )
 
 
 def _socket_to_unix(url: str) -> str:
@@ -529,25 +737,37 @@ def resolve_redis_url(redislock_url: str | None, broker_url: Any, result_backend
 
     ``redislock_url`` when set (it must be a Redis URL), else ``broker_url`` when Redis,
     else ``result_backend`` when Redis. A failover ``broker_url`` (a list or ``'a;b'``) gives
-    its first URL, or all its sentinel URLs joined by ';' for Sentinel. ``redis+socket://``
-    is returned as the ``unix://`` URL redis-py understands. An empty ``redislock_url`` is
-    treated as unset, as Celery treats an empty ``broker_url``.
+    its first URL, or all its sentinel URLs joined by ';' for Sentinel (likewise every node of
+    a ``?cluster=true`` URL). ``redis+socket://`` is returned as the ``unix://`` URL redis-py
+    understands. An empty ``redislock_url`` is treated as unset, as Celery treats an empty
+    ``broker_url``.
 
     Raises ``RedisURLError``; its message never shows a password.
     """
+    return _resolve_redis_url(redislock_url, broker_url, result_backend)[0]
+
+
+def _resolve_redis_url(redislock_url: str | None, broker_url: Any, result_backend: Any) -> tuple[str, str]:
+    """The lock URL and the name of the setting it came from."""
     if redislock_url is not None and redislock_url != "":
         found = _usable(redislock_url)
         if found is None:
             schemes = ", ".join(f"{s}://" for s in sorted(REDIS_URL_SCHEMES))
             raise RedisURLError(f"redislock_url must be a Redis URL ({schemes}), got {_shown(redislock_url)}")
-        return found
-    for value in (broker_url, result_backend):
+        return _checked(found, "redislock_url")
+    for value, name in ((broker_url, "broker_url"), (result_backend, "result_backend")):
         found = _usable(value)
         if found is not None:
-            return found
+            return _checked(found, name)
     raise RedisURLError(
         "no Redis URL for the locks: none of redislock_url, broker_url, result_backend is a "
         f"Redis URL (redislock_url={_shown(redislock_url)}, "
         f"broker_url={_shown(broker_url)}, result_backend={_shown(result_backend)}); "
         'set redislock_url = "redis://host:6379/0" in the Celery configuration'
     )
+
+
+def _checked(url: str, setting: str) -> tuple[str, str]:
+    if url_topology(url) == "cluster":
+        _check_cluster(url, setting)
+    return url, setting

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import Counter
 
 import redis
 
-from .engine import Lease, LockEngine, RenewReport
+from .engine import Lease, LeaseEngine, RenewReport
 from .stats import counters
 
 __all__ = ["Renewer", "get_renewer"]
@@ -31,36 +32,42 @@ class Renewer:
         # Held for a whole renewal cycle. discard() takes it, so a lease released just after
         # discard() can never be re-taken by a cycle that was already in flight.
         self._cycle = threading.Lock()
-        self._held: dict[LockEngine, dict[tuple[str, str], tuple[Lease, float]]] = {}
+        self._held: dict[LeaseEngine, dict[tuple[str, str], tuple[Lease, float]]] = {}
+        # How many held leases asked for each interval: the shortest is found without a scan
+        # of every lease, so adding one is O(1) however many this process holds.
+        self._intervals: Counter[float] = Counter()
+        # The interval the thread waits for now (None: for ever, or not started). A lease asking
+        # for no shorter one need not wake it: a worker's every task would cost a thread switch.
+        self._waiting: float | None = None
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
     # -- what is held ---------------------------------------------------------------------
 
-    def add(self, engine: LockEngine, lease: Lease, interval: float) -> None:
+    def add(self, engine: LeaseEngine, lease: Lease, interval: float) -> None:
         """Renew ``lease`` every ``interval`` seconds (or more often) until discarded."""
         with self._mutex:
-            shortest = self._interval_locked()
-            self._held.setdefault(engine, {})[(lease.key, lease.holder)] = (lease, interval)
+            wake = self._waiting is None or interval < self._waiting
+            leases = self._held.setdefault(engine, {})
+            previous = leases.get((lease.key, lease.holder))
+            if previous is not None:
+                self._forget_interval(previous[1])
+            leases[(lease.key, lease.holder)] = (lease, interval)
+            self._intervals[interval] += 1
             started = self._thread is not None
-        if shortest is None or interval < shortest:
-            self._wake.set()  # the thread waits for the old interval: make it re-read
+        if wake:
+            self._wake.set()  # the thread waits for a longer interval: make it re-read
         if not started:
             self._start()
 
-    def discard(self, engine: LockEngine, lease: Lease) -> bool:
+    def discard(self, engine: LeaseEngine, lease: Lease) -> bool:
         """Stop renewing ``lease``; returns False if it was not held. Waits for a renewal
         cycle in flight, so call it before releasing the lock in Redis."""
         with self._cycle, self._mutex:
-            leases = self._held.get(engine)
-            if not leases or leases.pop((lease.key, lease.holder), None) is None:
-                return False
-            if not leases:
-                del self._held[engine]
-            return True
+            return self._pop_locked(engine, lease) is not None
 
-    def held(self) -> list[tuple[LockEngine, Lease]]:
+    def held(self) -> list[tuple[LeaseEngine, Lease]]:
         with self._mutex:
             return [(engine, lease) for engine, leases in self._held.items() for lease, _ in leases.values()]
 
@@ -70,8 +77,21 @@ class Renewer:
             return self._interval_locked()
 
     def _interval_locked(self) -> float | None:
-        intervals = [interval for leases in self._held.values() for _, interval in leases.values()]
-        return min(intervals) if intervals else None
+        return min(self._intervals) if self._intervals else None
+
+    def _pop_locked(self, engine: LeaseEngine, lease: Lease) -> tuple[Lease, float] | None:
+        leases = self._held.get(engine)
+        entry = leases.pop((lease.key, lease.holder), None) if leases else None
+        if entry is not None:
+            self._forget_interval(entry[1])
+            if not leases:
+                del self._held[engine]
+        return entry
+
+    def _forget_interval(self, interval: float) -> None:
+        self._intervals[interval] -= 1
+        if not self._intervals[interval]:
+            del self._intervals[interval]
 
     # -- renewal --------------------------------------------------------------------------
 
@@ -96,7 +116,7 @@ class Renewer:
                 report.merge(outcome)
         return report
 
-    def _report(self, engine: LockEngine, outcome: RenewReport) -> None:
+    def _report(self, engine: LeaseEngine, outcome: RenewReport) -> None:
         for lease in outcome.retaken:
             counters.incr("retaken")
             logger.error(
@@ -108,12 +128,15 @@ class Renewer:
             counters.incr("lost")
             logger.error("Lost lock %s held by %s: it is now held by %s", lease.key, lease.holder, other)
             with self._mutex:  # someone else's now: stop renewing it
-                self._held.get(engine, {}).pop((lease.key, lease.holder), None)
+                self._pop_locked(engine, lease)
 
     def _run(self) -> None:
         while not self._stopping.is_set():
             self._wake.clear()
-            interval = self.interval()
+            with self._mutex:
+                # With nothing held, keep the last interval: the next lease (a worker's next
+                # task) most likely asks for the same, and then add() leaves this thread be.
+                interval = self._waiting = self._interval_locked() or self._waiting
             # Woken early by add() when a shorter interval arrives, or by stop().
             if self._wake.wait(interval) or self._stopping.is_set():
                 continue

@@ -13,13 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import redis
 from celery import Celery
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .engine import LockEngine
-from .keys import KeyBuilder
+from .connection import client_factory
+from .engine import LeaseEngine, LockEngine, SemaphoreEngine, make_engine, make_semaphore_engine
+from .keys import KeyBuilder, release_channel
 from .options import (
     OPTION_NAMES,
     SETTING_DEFAULTS,
@@ -95,16 +95,36 @@ class Runtime:
         # module among its defaults): add only the settings it does not give.
         conf.add_defaults({name: value for name, value in SETTING_DEFAULTS.items() if name not in conf})
         self.app = app
-        client = redis.Redis.from_url(
+        # One Redis, the master of a Sentinel set, or a Redis Cluster, by the URL's form. The
+        # URL is checked now; the client is made on first use (a cluster client connects).
+        self._connect = client_factory(
             self.settings.url,
+            self.settings.transport_options,
             socket_connect_timeout=SOCKET_TIMEOUT,
             socket_timeout=SOCKET_TIMEOUT,
             health_check_interval=30,
             retry=client_retry(),
         )
-        self.engine = LockEngine(client)
+        self._engine: LockEngine | None = None
         self._plans: dict[tuple[str, str | None], Plan] = {}
         self._mutex = threading.Lock()
+
+    @property
+    def engine(self) -> LockEngine:
+        """The app's lock engine, made on first use: a cluster client connects as it is made,
+        and an unreachable Redis must be a RedisError where a lock is taken, not at start."""
+        engine = self._engine
+        if engine is None:
+            with self._mutex:
+                if self._engine is None:
+                    self._engine = make_engine(self._connect())
+                engine = self._engine
+        return engine
+
+    @engine.setter
+    def engine(self, engine: LockEngine) -> None:
+        # Tests and benchmarks put in an engine on a client of their own (one that counts).
+        self._engine = engine
 
     def plan(self, task: Any, queue: str | None) -> Plan:
         """Options and key builder for ``task`` consumed from ``queue`` (cached)."""
@@ -119,9 +139,18 @@ class Runtime:
                 self._plans[cache_key] = plan
         return plan
 
+    @functools.cached_property
+    def semaphores(self) -> SemaphoreEngine:
+        """The engine of tasks with ``max_concurrency`` > 1, on the same client."""
+        return make_semaphore_engine(self.engine.client)
+
+    def engine_for(self, options: LockOptions) -> LeaseEngine:
+        """Where a task with ``options`` holds its key: a lock, or a semaphore's slot."""
+        return self.semaphores if options.max_concurrency > 1 else self.engine
+
     def release_channel(self, key: str) -> str:
         """Where a release of ``key`` is published, for executions waiting on it."""
-        return f"{key}:released"
+        return release_channel(key)
 
 
 _runtimes: weakref.WeakKeyDictionary[Celery, Runtime] = weakref.WeakKeyDictionary()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -15,7 +14,7 @@ from celery.backends.base import DisabledBackend
 from celery.exceptions import Ignore, Retry
 from celery.utils import uuid
 
-from .engine import AcquireResult, Lease
+from .engine import AcquireResult, Lease, LeaseEngine, SemaphoreEngine, SemaphoreLease, SlotResult
 from .errors import DuplicateTaskError, LockUnavailableError
 from .keys import KeyBuilder
 from .options import LockOptions, mask_url
@@ -34,7 +33,9 @@ from .runtime import (
     task_id_of,
     task_options,
 )
+from .semaphore import take_slot
 from .stats import counters
+from .waiting import wait_for
 
 __all__ = ["SingletonTask"]
 
@@ -61,6 +62,8 @@ class _Held:
     runtime: Runtime
     lease: Lease
     options: LockOptions
+    #: the runtime's lock engine, or its semaphore engine (max_concurrency > 1)
+    engine: LeaseEngine
 
 
 class SingletonTask(Task[Any, Any]):
@@ -131,6 +134,8 @@ class SingletonTask(Task[Any, Any]):
             # A re-queued copy (above) whose original has finished meanwhile: nothing to do.
             logger.info("Dropped redelivered %s[%s]: it has finished already", self.name, request.id)
             raise Ignore()
+        if options.max_concurrency > 1:
+            return self._acquire_slot(runtime, options, key, holder)
         try:
             result = self._try_acquire(runtime, options, key, holder)
             if not result.acquired and self._held_by_dead_delivery(result.holder):
@@ -147,10 +152,49 @@ class SingletonTask(Task[Any, Any]):
             self._on_redelivered(options, key, result.holder)  # raises
         if not result.acquired:
             self._on_duplicate(options, key, result.holder)  # raises
+        return self._hold(runtime, options, runtime.engine, Lease(key, holder, options.timeout_ms))
+
+    def _hold(self, runtime: Runtime, options: LockOptions, engine: LeaseEngine, lease: Lease) -> _Held:
         counters.incr("acquired")
-        lease = Lease(key, holder, options.timeout_ms)
-        get_renewer().add(runtime.engine, lease, options.renew_interval_s)
-        return _Held(runtime, lease, options)
+        get_renewer().add(engine, lease, options.renew_interval_s)
+        return _Held(runtime, lease, options, engine)
+
+    def _acquire_slot(self, runtime: Runtime, options: LockOptions, key: str, holder: str) -> _Held | None:
+        """``max_concurrency`` > 1: take one of the slots of the semaphore at ``key``; "wait"
+        queues for one (served in arrival order), the other strategies never jump the queue."""
+        engine = runtime.semaphores
+        try:
+            slot = self._take_slot(engine, options, key, holder, blocking=False)
+            dead = next((h for h in slot.holders if self._held_by_dead_delivery(h)), None)
+            if dead is not None:  # this very message, from a child that died here: not a duplicate
+                engine.release(key, dead, notify=runtime.release_channel(key))
+                slot = self._take_slot(engine, options, key, holder, blocking=False)
+            if not slot.acquired and options.on_duplicate == "wait" and options.acquire_timeout > 0:
+                slot = self._take_slot(engine, options, key, holder, blocking=True)
+                if slot.acquired:
+                    counters.incr("waited")
+        except redis.RedisError as exc:
+            return self._on_redis_error(runtime, options, key, exc)
+        if not slot.acquired:
+            # Every slot held, or the free ones owed to executions queued (on_duplicate="wait").
+            holders = ", ".join(slot.holders) or "executions queued first"
+            self._on_duplicate(options, key, f"{holders} (max_concurrency={options.max_concurrency})")
+        lease = SemaphoreLease(key, holder, options.timeout_ms, options.max_concurrency)
+        return self._hold(runtime, options, engine, lease)
+
+    def _take_slot(
+        self, engine: SemaphoreEngine, options: LockOptions, key: str, holder: str, *, blocking: bool
+    ) -> SlotResult:
+        return take_slot(
+            engine,
+            key,
+            holder,
+            options.max_concurrency,
+            options.timeout_ms,
+            blocking=blocking,
+            timeout=options.acquire_timeout,
+            retry_delay=WAIT_FALLBACK_POLL,
+        )
 
     def _held_by_dead_delivery(self, holder: str) -> bool:
         """True when ``holder`` is this task id, on this worker node, in a process that is gone."""
@@ -168,22 +212,17 @@ class SingletonTask(Task[Any, Any]):
 
     def _wait(self, runtime: Runtime, options: LockOptions, key: str, holder: str) -> AcquireResult:
         """Wait up to acquire_timeout for the lock, woken by the holder's release notice."""
-        engine = runtime.engine
-        deadline = time.monotonic() + options.acquire_timeout
-        pubsub = engine.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-        try:
-            pubsub.subscribe(runtime.release_channel(key))
-            while True:
-                # Try after subscribing, so a release between the two is not missed.
-                result = self._try_acquire(runtime, options, key, holder)
-                remaining = deadline - time.monotonic()
-                if result.acquired or remaining <= 0:
-                    if result.acquired:
-                        counters.incr("waited")
-                    return result
-                pubsub.get_message(timeout=min(remaining, WAIT_FALLBACK_POLL))
-        finally:
-            pubsub.close()
+        result = wait_for(
+            runtime.engine.client,
+            runtime.release_channel(key),
+            lambda: self._try_acquire(runtime, options, key, holder),
+            lambda r: r.acquired,
+            options.acquire_timeout,
+            WAIT_FALLBACK_POLL,
+        )
+        if result.acquired:
+            counters.incr("waited")
+        return result
 
     def _on_redelivered(self, options: LockOptions, key: str, holder: str) -> None:
         """Another delivery of this very message holds the lock: a copy given out again by the
@@ -323,11 +362,13 @@ class SingletonTask(Task[Any, Any]):
         if held is None:
             return
         self.request.redislock_held = None  # type: ignore[attr-defined]
-        engine, lease = held.runtime.engine, held.lease
+        engine, lease = held.engine, held.lease
         get_renewer().discard(engine, lease)
         try:
-            if handover_ttl_ms is not None:
-                engine.transfer(lease.key, lease.holder, handover_id(self._task_id), handover_ttl_ms)
+            if handover_ttl_ms is not None:  # a lock (a semaphore's slot is never handed over)
+                held.runtime.engine.transfer(
+                    lease.key, lease.holder, handover_id(self._task_id), handover_ttl_ms
+                )
             elif engine.release(lease.key, lease.holder, notify=held.runtime.release_channel(lease.key)):
                 counters.incr("released")
             else:

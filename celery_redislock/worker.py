@@ -77,7 +77,8 @@ def _release_for(task: SingletonTask, context: Any, why: str) -> None:
         plan = runtime.plan(task, getattr(context, QUEUE_FIELD, None))
         key = plan.key(task, context.args or (), context.kwargs or {})
         prefix = holder_prefix(str(context.id), context.hostname)
-        if runtime.engine.release_holder_prefix(key, prefix, notify=runtime.release_channel(key)):
+        engine = runtime.engine_for(plan.options)  # a lock, or a semaphore's slots
+        if engine.release_holder_prefix(key, prefix, notify=runtime.release_channel(key)):
             counters.incr("released")
             logger.info("Released lock %s of %s[%s]: %s", key, task.name, context.id, why)
     except redis.RedisError as exc:

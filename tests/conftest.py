@@ -1,4 +1,8 @@
-"""Hypothesis profiles for the whole suite.
+"""Shared by the whole suite: hypothesis profiles, and the fixtures of the integration and
+worker tests for the session's Sentinel set and cluster (from celery_redislock.testing),
+flushed after each test that used them.
+
+Hypothesis profiles:
 
 - ``ci`` (the default): each property runs a hundred examples, or what its ``@settings`` says.
 - ``fuzz``: 100 000 examples a property (``$REDISLOCK_FUZZ_EXAMPLES`` to change it), for the
@@ -10,8 +14,12 @@ No deadline in either: the machine running the suite may be busy, and a slow exa
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from celery_redislock.testing import ClusterSet, SentinelSet
 
 settings.register_profile("ci", deadline=None)
 settings.register_profile(
@@ -21,3 +29,15 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def sentinels(redislock_sentinel: SentinelSet) -> Iterator[SentinelSet]:
+    yield redislock_sentinel
+    redislock_sentinel.flush()
+
+
+@pytest.fixture
+def cluster(redislock_cluster: ClusterSet) -> Iterator[ClusterSet]:
+    yield redislock_cluster
+    redislock_cluster.flush()

@@ -182,3 +182,36 @@ def test_a_forked_child_gets_its_own_renewer() -> None:
     assert os.read(read, 1) == b"1"
     os.close(read)
     os.waitpid(pid, 0)
+
+
+def test_the_interval_is_the_shortest_of_the_leases_still_held(renewer: Renewer, engine: LockEngine) -> None:
+    # Tracked per interval, not by scanning every lease on each add (100 000 held leases).
+    first, second = Lease("lock:a", "me", 60_000), Lease("lock:b", "me", 60_000)
+    renewer.add(engine, first, 500.0)
+    renewer.add(engine, second, 100.0)
+    assert renewer.interval() == 100.0
+    renewer.add(engine, second, 900.0)  # the same lease again, asking for another interval
+    assert renewer.interval() == 500.0
+    assert renewer.discard(engine, first) is True
+    assert renewer.interval() == 900.0
+    assert renewer.discard(engine, second) is True
+    assert renewer.discard(engine, second) is False
+    assert renewer.interval() is None
+
+
+def test_a_shorter_interval_wakes_a_thread_kept_waiting_on_a_longer_one(
+    renewer: Renewer, engine: LockEngine, redislock_redis: redis.Redis
+) -> None:
+    # With nothing held the thread keeps waiting on the last interval (so a worker's next task
+    # does not wake it); a lease that needs renewing sooner must still wake it.
+    slow = Lease("lock:slow", "me", 60_000)
+    renewer.add(engine, slow, 60.0)
+    assert poll(lambda: renewer._waiting == 60.0)  # the thread is waiting on it
+    assert renewer.discard(engine, slow) is True
+    fast = Lease("lock:fast", "me", 300)
+    assert engine.acquire(fast.key, fast.holder, fast.ttl_ms).acquired
+    renewer.add(engine, fast, 0.1)
+    deadline = time.monotonic() + 1.0  # over 3 TTLs: gone unless renewed every 0.1 s
+    while time.monotonic() < deadline:
+        assert redislock_redis.get(fast.key) == b"me"
+        time.sleep(0.05)

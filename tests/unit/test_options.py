@@ -396,6 +396,7 @@ def test_setting_defaults() -> None:
         "redislock_key_prefix": "redislock",
         "redislock_options": {},
         "redislock_queues": {},
+        "redislock_transport_options": None,
     }
 
 

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -24,19 +23,9 @@ from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
 from celery_redislock.runtime import reset_runtime
-from celery_redislock.testing import RedisServer
+from celery_redislock.testing import RedisServer, poll
 
 _names = itertools.count()
-
-
-def poll(condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
-    """The first truthy value of ``condition()``, or the last one once the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval)
 
 
 def lock_keys(client: redis.Redis) -> list[bytes]:
@@ -243,13 +232,14 @@ class WorkerProcess:
 
 @pytest.fixture
 def worker_process(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
-    """``worker_process(source, "-c", "2")``: writes ``source`` as a module, starts a prefork worker on it."""
+    """``worker_process(source, "-c", "2", pool="prefork")``: writes ``source`` as a module,
+    starts a worker subprocess on it with that pool (prefork, threads, solo or gevent)."""
     started: list[WorkerProcess] = []
 
-    def start(source: str, *args: str) -> WorkerProcess:
+    def start(source: str, *args: str, pool: str = "prefork") -> WorkerProcess:
         module = f"wapp{next(_names)}"
         (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
-        proc = WorkerProcess(tmp_path, module, ["-P", "prefork", *args])
+        proc = WorkerProcess(tmp_path, module, ["-P", pool, *args])
         started.append(proc)
         proc.wait_ready()
         return proc

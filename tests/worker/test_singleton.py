@@ -253,10 +253,13 @@ def test_on_duplicate_retry_ends_as_a_skip_after_max_retries(
             result.get(timeout=15)
 
 
+@pytest.mark.parametrize("topology", ["single", "cluster"])
 def test_on_duplicate_wait_runs_as_soon_as_the_holder_releases(
-    make_app: Any, worker: Any, locks: redis.Redis
+    make_app: Any, worker: Any, locks: redis.Redis, topology: str, request: pytest.FixtureRequest
 ) -> None:
-    app = make_app()
+    # On a cluster the waiter subscribes on one node; the release publishes from the key's node.
+    cluster_url = request.getfixturevalue("cluster").url if topology == "cluster" else None
+    app = make_app(redislock_url=cluster_url) if cluster_url else make_app()
     gate = threading.Event()
     order: list[str] = []
 

@@ -1,0 +1,479 @@
+"""Runs the scenarios: own redis-servers, a prefork worker, every variant interleaved per repeat."""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery import Celery
+from celery.result import EagerResult
+
+from celery_redislock.engine import Lease, LockEngine
+from celery_redislock.keys import digest, format_key
+from celery_redislock.renewal import Renewer
+from celery_redislock.runtime import holder_id
+from celery_redislock.testing import RedisServer, counting_client
+from tests.worker.conftest import WorkerProcess
+
+from . import workerapp
+from .workerapp import UNAVAILABLE, VARIANTS, make_app
+
+# Commands the harness itself sends to the lock server between measurements.
+HARNESS_COMMANDS = frozenset({"info", "config", "monitor", "echo", "flushall", "slowlog", "script"})
+
+
+@dataclass
+class Config:
+    """Sizes of one run. The defaults take a few minutes on 2 cores."""
+
+    #: tasks per uncontended batch (one batch per variant per repeat)
+    n: int = 500
+    #: measured repeats; one more, first, is a warm-up and is not counted
+    repeats: int = 9
+    #: tasks in the MONITOR run that counts round trips
+    trips_n: int = 200
+    #: tasks per duplicate-heavy batch, over 10 distinct arguments
+    dup_n: int = 200
+    dup_repeats: int = 3
+    dup_sleep: float = 0.05
+    renewal_sizes: tuple[int, ...] = (1_000, 10_000, 100_000)
+    renewal_repeats: int = 5
+    pings: int = 2000
+    variants: tuple[str, ...] = tuple(VARIANTS)
+    #: worker pool processes (the machine has 2 cores)
+    concurrency: int = 2
+
+
+@dataclass
+class Results:
+    config: dict[str, Any]
+    machine: dict[str, str]
+    unavailable: dict[str, str]
+    #: scenario 5: PING round trip and one acquire+release pair, in microseconds
+    floor: dict[str, float] = field(default_factory=dict)
+    #: scenario 1 (+2's commandstats): variant -> figures
+    uncontended: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: scenario 2: variant -> top-level commands (round trips) and all commands per task
+    trips: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: scenario 3: variant -> figures (medians; overlaps: the largest seen)
+    duplicates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: scenario 4: locks held -> figures
+    renewal: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def machine() -> dict[str, str]:
+    """What the figures were measured on."""
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        cpu = next(
+            line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")
+        )
+    except (OSError, StopIteration):
+        pass
+    server = RedisServer().executable
+    redis_version = subprocess.run([server, "--version"], capture_output=True, text=True, check=False).stdout
+    return {
+        "cpu": f"{cpu}, {os.cpu_count()} cores",
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "celery": version("celery"),
+        "kombu": version("kombu"),
+        "redis-py": version("redis"),
+        "redis-server": redis_version.split()[2].removeprefix("v=") if redis_version else "?",
+        "celery-singleton": version("celery-singleton"),
+        "celery-once": version("celery_once"),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far; NaN where /proc is not there."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Bench:
+    """The servers, the worker and the driver's app of one run."""
+
+    def __init__(self, config: Config, workdir: Path) -> None:
+        self.config = config
+        self.workdir = workdir
+        self.variants = [v for v in config.variants if v not in UNAVAILABLE]
+        self.main = RedisServer(workdir=str(workdir))  # broker db 0, results db 1, coord db 2
+        self.locks = RedisServer(workdir=str(workdir))  # every lock implementation, alone
+        self.worker: WorkerProcess | None = None
+        self.app: Celery | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.main.start()
+        self.locks.start()
+        base = f"redis://127.0.0.1:{self.main.port}"
+        urls = {"broker": f"{base}/0", "results": f"{base}/1", "locks": self.locks.url, "coord": f"{base}/2"}
+        source = Path(workerapp.__file__).read_text(encoding="utf-8")
+        call = ", ".join(f"{k}={v!r}" for k, v in urls.items())
+        (self.workdir / "benchapp.py").write_text(f"{source}\n\napp = make_app({call})\n", encoding="utf-8")
+        self.worker = WorkerProcess(
+            self.workdir,
+            "benchapp",
+            [
+                "-P",
+                "prefork",
+                "-c",
+                str(self.config.concurrency),
+                "-Q",
+                "bench",
+                "-n",
+                f"bench{self.main.port}@%h",
+            ],
+        )
+        self.worker.wait_ready(timeout=60)
+        # Whose CPU time is counted per task, besides the driver's own (time.process_time).
+        self.processes = {
+            "worker": [self.worker.pid, *self.worker.children],
+            "lock_redis": [_pid(self.locks)],
+            "main_redis": [_pid(self.main)],
+        }
+        self.app = make_app(**urls)
+        self.coord = redis.Redis.from_url(urls["coord"])
+        self.admin = self.locks.client()
+
+    def stop(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+        if self.app is not None:
+            self.app.close()
+        self.main.stop()
+        self.locks.stop()
+
+    def task(self, variant: str, kind: str) -> Any:
+        assert self.app is not None
+        return self.app.tasks[f"bench.{variant}.{kind}"]
+
+    def order(self, repeat: int) -> list[str]:
+        """The variants shuffled per repeat (seeded: runs are comparable), so that neither a
+        position in the repeat nor the variant run just before favours one of them."""
+        order = list(self.variants)
+        random.Random(repeat).shuffle(order)
+        return order
+
+    # -- scenario 5: the floor ----------------------------------------------------------------
+
+    def floor(self) -> dict[str, float]:
+        client = self.locks.client()
+        engine = LockEngine(self.locks.client())
+        key = format_key("redislock", "bench.floor", digest("floor"))
+        holder = holder_id(str(uuid.uuid4()), "bench@floor")
+        pings, pairs = [], []
+        for i in range(self.config.pings + 100):  # the first 100 warm up
+            t0 = time.perf_counter()
+            client.ping()
+            t1 = time.perf_counter()
+            engine.acquire(key, holder, 30_000)
+            engine.release(key, holder)
+            t2 = time.perf_counter()
+            if i >= 100:
+                pings.append(t1 - t0)
+                pairs.append(t2 - t1)
+        client.close()
+        engine.client.close()
+        return {
+            "ping_us": statistics.median(pings) * 1e6,
+            "acquire_release_us": statistics.median(pairs) * 1e6,
+        }
+
+    # -- scenario 1 + commandstats ------------------------------------------------------------
+
+    def _commandstats(self) -> Counter[str]:
+        stats = self.admin.info("commandstats")
+        return Counter(
+            {
+                name.removeprefix("cmdstat_"): int(value["calls"])
+                for name, value in stats.items()
+                if name.removeprefix("cmdstat_").split("|")[0] not in HARNESS_COMMANDS
+            }
+        )
+
+    def _cpu(self) -> dict[str, float]:
+        cpu = {name: sum(cpu_seconds(pid) for pid in pids) for name, pids in self.processes.items()}
+        cpu["driver"] = time.process_time()
+        return cpu
+
+    def _run_batch(
+        self, variant: str, kind: str, calls: Sequence[tuple[Any, ...]]
+    ) -> tuple[float, list[Any]]:
+        """Send ``calls`` and wait for every task sent; returns (seconds, the results)."""
+        task = self.task(variant, kind)
+        gc.collect()  # the previous batch's garbage is not this one's to collect
+        start = time.perf_counter()
+        results = [task.apply_async(args) for args in calls]
+        sent = {r.id: r for r in results if not isinstance(r, EagerResult)}
+        for result in sent.values():  # each get() drains the backend's pub/sub: no polling
+            result.get(timeout=300, propagate=False, disable_sync_subtasks=False)
+        return time.perf_counter() - start, results
+
+    def uncontended(self) -> dict[str, dict[str, Any]]:
+        config = self.config
+        rates: dict[str, list[float]] = {v: [] for v in self.variants}
+        commands: dict[str, Counter[str]] = {v: Counter() for v in self.variants}
+        cpu: dict[str, list[dict[str, float]]] = {v: [] for v in self.variants}
+        counter = 0
+        for repeat in range(config.repeats + 1):  # repeat 0 warms up
+            for variant in self.order(repeat):
+                calls = [(counter + i,) for i in range(config.n)]
+                counter += config.n
+                before, cpu_before = self._commandstats(), self._cpu()
+                seconds, results = self._run_batch(variant, "noop", calls)
+                after, cpu_after = self._commandstats(), self._cpu()
+                values = [r.result for r in results]
+                if values != [c[0] for c in calls]:
+                    bad = next(v for v, c in zip(values, calls) if v != c[0])
+                    raise RuntimeError(f"{variant}: an uncontended task did not run: {bad!r}")
+                if repeat:
+                    rates[variant].append(config.n / seconds)
+                    commands[variant].update(after - before)
+                    used = {k: (cpu_after[k] - cpu_before[k]) / config.n * 1e6 for k in cpu_after}
+                    cpu[variant].append({**used, "all": sum(used.values())})
+        out = {}
+        for variant in self.variants:
+            total = config.n * config.repeats
+            out[variant] = {
+                "tasks_per_s": statistics.median(rates[variant]),
+                "runs": rates[variant],
+                # Paired: each repeat's rate over plain's in that same repeat, so that a slow
+                # stretch of the machine hits both sides of every ratio.
+                "ratio": _paired_ratio(rates[variant], rates.get("plain")),
+                "cpu_ratio": _paired_ratio(
+                    [1 / row["all"] for row in cpu[variant]], [1 / row["all"] for row in cpu.get("plain", [])]
+                ),
+                "cpu_us_per_task": {
+                    k: statistics.median(row[k] for row in cpu[variant]) for k in cpu[variant][0]
+                },
+                "commands_per_task": sum(commands[variant].values()) / total,
+                "commands": {name: calls / total for name, calls in sorted(commands[variant].items())},
+            }
+        return out
+
+    # -- scenario 2: round trips --------------------------------------------------------------
+
+    def trips(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for variant in self.variants:
+            calls = [(10**9 + i,) for i in range(self.config.trips_n)]
+            with monitor(self.locks) as seen:
+                self._run_batch(variant, "noop", calls)
+            top = Counter({k: v for k, v in seen["client"].items() if k.lower() not in HARNESS_COMMANDS})
+            n = self.config.trips_n
+            out[variant] = {
+                "round_trips_per_task": sum(top.values()) / n,
+                "commands_per_task": (sum(top.values()) + sum(seen["lua"].values())) / n,
+                "round_trips": {k: v / n for k, v in sorted(top.items())},
+                "in_scripts": {k: v / n for k, v in sorted(seen["lua"].items())},
+            }
+        return out
+
+    # -- scenario 3: duplicates ---------------------------------------------------------------
+
+    def duplicates(self) -> dict[str, dict[str, Any]]:
+        config = self.config
+        runs: dict[str, list[dict[str, float]]] = {v: [] for v in self.variants}
+        for repeat in range(config.dup_repeats):
+            # The same sequence of keys for every variant in a repeat.
+            rng = random.Random(repeat)
+            keys = [f"k{rng.randrange(10)}" for _ in range(config.dup_n)]
+            for variant in self.order(repeat):
+                tag = f"{repeat}-{uuid.uuid4().hex[:8]}"
+                seconds, results = self._run_batch(
+                    variant, "sleep", [(tag, key, config.dup_sleep) for key in keys]
+                )
+                sent = len({r.id for r in results if not isinstance(r, EagerResult)})
+                ran = int(self.coord.get(f"bench:ran:{variant}:{tag}") or 0)
+                overlaps = int(self.coord.get(f"bench:overlaps:{variant}:{tag}") or 0)
+                runs[variant].append(
+                    {
+                        "sent": sent,
+                        "ran": ran,
+                        "skipped": config.dup_n - ran,
+                        "overlaps": overlaps,
+                        "seconds": seconds,
+                    }
+                )
+        out: dict[str, dict[str, Any]] = {}
+        for variant, rows in runs.items():
+            out[variant] = {name: statistics.median(row[name] for row in rows) for name in rows[0]}
+            out[variant]["overlaps_max"] = max(row["overlaps"] for row in rows)
+            out[variant]["runs"] = rows
+        return out
+
+    # -- scenario 4: renewal at scale ---------------------------------------------------------
+
+    def renewal(self) -> dict[str, dict[str, float]]:
+        out = {}
+        client, trips = counting_client(self.locks.url)
+        engine = LockEngine(client)
+        for size in self.config.renewal_sizes:
+            self.admin.flushall()
+            memory_before = int(self.admin.info("memory")["used_memory"])
+            task_id = str(uuid.uuid4())
+            leases = [
+                Lease(
+                    format_key("redislock", "bench.renewal", digest(str(i))),
+                    holder_id(task_id, "bench@host"),
+                    60_000,
+                )
+                for i in range(size)
+            ]
+            _take(engine, leases)
+            memory_after = int(self.admin.info("memory")["used_memory"])
+            renewer = Renewer()
+            for lease in leases:
+                renewer.add(engine, lease, 3600.0)  # the timer thread never fires: cycles run here
+            walls, usecs, round_trips = [], [], []
+            try:
+                for cycle in range(self.config.renewal_repeats + 1):  # cycle 0 warms up
+                    self.admin.config_resetstat()
+                    trips.count = 0
+                    t0 = time.perf_counter()
+                    report = renewer.renew_now()
+                    wall = time.perf_counter() - t0
+                    if len(report.renewed) != size:
+                        raise RuntimeError(f"renewed {len(report.renewed)} of {size} locks: {report}")
+                    stats = self.admin.info("commandstats")
+                    if cycle:
+                        walls.append(wall)
+                        round_trips.append(trips.count)
+                        usecs.append(
+                            sum(int(v["usec"]) for k, v in stats.items() if k.startswith("cmdstat_eval"))
+                        )
+            finally:
+                renewer.stop()
+            out[str(size)] = {
+                "locks": size,
+                "round_trips": statistics.median(round_trips),
+                "server_ms": statistics.median(usecs) / 1000,
+                "wall_ms": statistics.median(walls) * 1000,
+                "bytes_per_lock": (memory_after - memory_before) / size,
+            }
+        self.admin.flushall()
+        client.close()
+        return out
+
+
+def _paired_ratio(values: Sequence[float], plain: Sequence[float] | None) -> float:
+    """Median of ``values[i] / plain[i]``: NaN without a plain run to compare with."""
+    if not plain:
+        return float("nan")
+    return statistics.median(value / base for value, base in zip(values, plain))
+
+
+def _pid(server: RedisServer) -> int:
+    assert server.process is not None, "the server is not running"
+    return server.process.pid
+
+
+def _take(engine: LockEngine, leases: Sequence[Lease], chunk: int = 1000) -> None:
+    """Acquire every lease with the engine's own script, pipelined (set-up, not measured)."""
+    for start in range(0, len(leases), chunk):
+        pipe = engine.client.pipeline(transaction=False)
+        for lease in leases[start : start + chunk]:
+            engine._acquire(keys=[lease.key], args=[lease.holder, str(lease.ttl_ms), "", ""], client=pipe)
+        if not all(reply == 1 for reply in pipe.execute()):
+            raise RuntimeError("a renewal benchmark lock was already taken")
+
+
+@contextmanager
+def monitor(server: RedisServer) -> Iterator[dict[str, Counter[str]]]:
+    """Count the commands ``server`` runs meanwhile: ``client`` (sent by clients: one round trip
+    each) and ``lua`` (run by scripts), by command name, from MONITOR."""
+    seen: dict[str, Counter[str]] = {"client": Counter(), "lua": Counter()}
+    marker = uuid.uuid4().hex
+    ready = threading.Event()
+    connection = server.client()
+
+    def listen() -> None:
+        with connection.monitor() as feed:  # type: ignore[no-untyped-call]
+            for line in feed.listen():
+                words = line["command"].split()
+                if words[:1] == ["ECHO"] and words[1:] == [f"start-{marker}"]:
+                    ready.set()
+                    continue
+                if words[:1] == ["ECHO"] and words[1:] == [f"end-{marker}"]:
+                    return
+                if ready.is_set() and words:
+                    seen["lua" if line["client_type"] == "lua" else "client"][words[0].upper()] += 1
+
+    thread = threading.Thread(target=listen, name="bench-monitor", daemon=True)
+    thread.start()
+    probe = server.client()
+    deadline = time.monotonic() + 10
+    while not ready.wait(0.05):  # MONITOR starts asynchronously: echo until it has seen one
+        if time.monotonic() > deadline:
+            raise RuntimeError("MONITOR did not start")
+        probe.echo(f"start-{marker}")
+    try:
+        yield seen
+    finally:
+        probe.echo(f"end-{marker}")
+        thread.join(10)
+        probe.close()
+        connection.close()
+
+
+def run(config: Config, progress: Any = None) -> Results:
+    """Run every scenario; ``progress(text)`` is told what runs."""
+    say = progress or (lambda text: None)
+    results = Results(config=asdict(config), machine=machine(), unavailable=dict(UNAVAILABLE))
+    with tempfile.TemporaryDirectory(prefix="redislock-bench-") as workdir:
+        bench = Bench(config, Path(workdir))
+        try:
+            say("starting redis-servers and a prefork worker")
+            bench.start()
+            say("5. the floor: PING round trip")
+            results.floor = bench.floor()
+            say(f"1. uncontended throughput: {config.n} tasks x {config.repeats} (+1 warm-up) per variant")
+            results.uncontended = bench.uncontended()
+            say(f"2. round trips per task (MONITOR, {config.trips_n} tasks per variant)")
+            results.trips = bench.trips()
+            say(f"3. duplicate-heavy: {config.dup_n} tasks over 10 arguments x {config.dup_repeats}")
+            results.duplicates = bench.duplicates()
+            say(f"4. renewal at scale: {', '.join(map(str, config.renewal_sizes))} locks held")
+            results.renewal = bench.renewal()
+        except BaseException:
+            if bench.worker is not None:
+                sys.stderr.write(bench.worker.log()[-3000:])
+            raise
+        finally:
+            bench.stop()
+    return results

@@ -1,0 +1,199 @@
+"""The Markdown table and the PNG chart of one run's results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+#: What a variant is, in the tables.
+LABELS = {
+    "plain": "plain Celery task",
+    "redislock": "`SingletonTask` (this package)",
+    "redislock-enqueue": '`SingletonTask`, `lock_on="enqueue"`',
+    "celery-singleton": "celery-singleton `Singleton`",
+    "celery-once": "celery-once `QueueOnce`",
+}
+
+
+def _fmt(value: float, digits: int = 2) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def _breakdown(counts: dict[str, float]) -> str:
+    return ", ".join(f"{name} {_fmt(n, 2).rstrip('0').rstrip('.')}" for name, n in counts.items()) or "-"
+
+
+def markdown(results: dict[str, Any], command: str) -> str:
+    """The whole report: machine, the four tables, and what was not measured."""
+    config, floor = results["config"], results["floor"]
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Produced by `{command}`. Medians of {config['repeats']} repeats after a warm-up, "
+        f"variants interleaved per repeat; worker: prefork, concurrency {config['concurrency']}.",
+        "",
+        "Machine: " + "; ".join(f"{k} {v}" for k, v in results["machine"].items()),
+        "",
+    ]
+    for variant, why in results["unavailable"].items():
+        lines.append(f"- **{variant}** was not measured: {why}")
+    lines += [
+        "",
+        f"## Uncontended: {config['n']} trivial tasks with distinct arguments",
+        "",
+        "Round trips and commands are those the lock's Redis saw, per task (round trips from "
+        "MONITOR: what clients sent; commands from `INFO commandstats`, which also counts what a "
+        "Lua script runs).",
+        "",
+        "CPU: microseconds of CPU time per task used by the worker (parent and children), the "
+        "lock's Redis, and all processes (worker, both Redis servers, the sending process); it is "
+        "less disturbed by other load on the machine than tasks/s.",
+        "",
+        "vs plain: the median over repeats of tasks/s divided by plain's tasks/s in the same "
+        "repeat; by CPU: plain's CPU per task divided by the variant's (the throughput ratio a "
+        "machine with no spare CPU would see).",
+        "",
+        "| variant | tasks/s | vs plain | vs plain, by CPU | CPU µs/task: worker | lock Redis | all "
+        "| round trips/task | commands/task | round trips | in scripts |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for variant, row in results["uncontended"].items():
+        trips = results["trips"].get(variant, {})
+        cpu = row["cpu_us_per_task"]
+        lines.append(
+            f"| {LABELS.get(variant, variant)} | {_fmt(row['tasks_per_s'], 0)} | {_fmt(row['ratio'])}x "
+            f"| {_fmt(row['cpu_ratio'])}x "
+            f"| {_fmt(cpu['worker'], 0)} | {_fmt(cpu['lock_redis'], 0)} | {_fmt(cpu['all'], 0)} "
+            f"| {_fmt(trips.get('round_trips_per_task', float('nan')))} "
+            f"| {_fmt(row['commands_per_task'])} | {_breakdown(trips.get('round_trips', {}))} "
+            f"| {_breakdown(trips.get('in_scripts', {}))} |"
+        )
+    lines += [
+        "",
+        f"## Duplicate-heavy: {config['dup_n']} tasks over 10 distinct arguments, body sleeps "
+        f"{int(config['dup_sleep'] * 1000)} ms",
+        "",
+        f"Medians of {config['dup_repeats']} repeats; overlaps: two executions of one argument "
+        "running at once (the largest count seen in any repeat). Skipped = not run (refused at "
+        "send, or skipped by the worker).",
+        "",
+        "| variant | sent | ran | skipped | overlaps (max) | seconds |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for variant, row in results["duplicates"].items():
+        lines.append(
+            f"| {LABELS.get(variant, variant)} | {row['sent']:.0f} | {row['ran']:.0f} | {row['skipped']:.0f} "
+            f"| {row['overlaps']:.0f} ({row['overlaps_max']}) | {_fmt(row['seconds'])} |"
+        )
+    lines += [
+        "",
+        "## Renewal at scale: one process holding N locks, one `renew_now()` cycle",
+        "",
+        "Server time: `INFO commandstats` usec of the script calls of one cycle. Wall: the "
+        "cycle as the process sees it (building the call, the round trip, reading the replies). "
+        "The peers do not renew (a fixed TTL), so this is ours alone.",
+        "",
+        "| locks held | round trips/cycle | server ms/cycle | wall ms/cycle | bytes of Redis memory/lock |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for row in results["renewal"].values():
+        lines.append(
+            f"| {row['locks']:,} | {row['round_trips']:.0f} | {_fmt(row['server_ms'])} "
+            f"| {_fmt(row['wall_ms'])} | {row['bytes_per_lock']:.0f} |"
+        )
+    lines += [
+        "",
+        "## The floor",
+        "",
+        f"PING round trip on this machine: **{_fmt(floor['ping_us'], 1)} µs** (median); one "
+        f"uncontended acquire + release through `LockEngine`: {_fmt(floor['acquire_release_us'], 1)} µs "
+        f"({_fmt(floor['acquire_release_us'] / floor['ping_us'], 1)} PINGs).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def chart(results: dict[str, Any], path: Path) -> bool:
+    """Draw the PNG; False when matplotlib is not installed (the table is still written)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    ax = axes[0][0]
+    uncontended = results["uncontended"]
+    names = list(uncontended)
+    rates = [uncontended[n]["tasks_per_s"] for n in names]
+    bars = ax.bar(names, rates, color=["#888888" if n == "plain" else "#3070b0" for n in names])
+    for bar, name in zip(bars, names):
+        ax.annotate(
+            f"{uncontended[name]['ratio']:.2f}x\n(CPU {uncontended[name]['cpu_ratio']:.2f}x)",
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+        )
+    ax.set_ylim(0, max(rates) * 1.3)  # room for the ratio labels
+    ax.set_title(f"1. Uncontended throughput ({results['config']['n']} tasks, median; ratio to plain)")
+    ax.set_ylabel("tasks/s")
+
+    ax = axes[0][1]
+    trips = results["trips"]
+    names = list(trips)
+    ax.bar(names, [trips[n]["round_trips_per_task"] for n in names], label="round trips (MONITOR)")
+    ax.plot(names, [trips[n]["commands_per_task"] for n in names], "o", color="#c04020", label="commands")
+    ax.set_title("2. Lock Redis per uncontended task")
+    ax.legend()
+
+    ax = axes[1][0]
+    dups = results["duplicates"]
+    names = list(dups)
+    width = 0.27
+    positions = range(len(names))
+    for offset, field, color in (
+        (-width, "ran", "#3070b0"),
+        (0, "skipped", "#888888"),
+        (width, "overlaps", "#c04020"),
+    ):
+        ax.bar(
+            [p + offset for p in positions], [dups[n][field] for n in names], width, label=field, color=color
+        )
+    ax.set_xticks(list(positions), names)
+    ax.set_title(f"3. Duplicate-heavy ({results['config']['dup_n']} tasks over 10 arguments)")
+    ax.set_ylim(0, results["config"]["dup_n"] * 1.3)
+    ax.legend(loc="upper center", ncols=3)
+
+    ax = axes[1][1]
+    renewal = list(results["renewal"].values())
+    if renewal:
+        sizes = [row["locks"] for row in renewal]
+        ax.loglog(sizes, [row["server_ms"] for row in renewal], "o-", label="server ms/cycle")
+        ax.loglog(sizes, [row["wall_ms"] for row in renewal], "s-", label="wall ms/cycle")
+        for size, row in zip(sizes, renewal):
+            ax.annotate(f"{row['round_trips']:.0f} trip", (size, row["wall_ms"]), va="bottom")
+        ax.legend()
+    ax.set_title("4. One renewal cycle vs locks held")
+    ax.set_xlabel("locks held by one process")
+
+    for ax in axes.flat:
+        ax.tick_params(axis="x", labelrotation=15)
+    fig.suptitle(f"celery_redislock benchmarks ({results['machine']['cpu']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def write(results: dict[str, Any], out: Path, command: str) -> Path:
+    """Write ``results.md``, ``results.json`` and ``results.png`` under ``out``; returns the table's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    table = out / "results.md"
+    text = markdown(results, command)
+    if chart(results, out / "results.png"):
+        text += "\n![benchmark chart](results.png)\n"
+    table.write_text(text, encoding="utf-8")
+    return table

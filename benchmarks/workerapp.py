@@ -1,0 +1,103 @@
+"""The benchmark's Celery app: one config, one pair of tasks per lock implementation.
+
+The same source runs in the driver (which sends the tasks) and, copied into a temporary
+directory with a ``make_app(...)`` call appended, as the prefork worker's app module.
+So it imports nothing from the ``benchmarks`` package.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import redis
+from celery import Celery, Task
+
+from celery_redislock import SingletonTask
+
+try:  # peers are optional (the [bench] extra); a missing one is reported, not fatal
+    from celery_singleton import Singleton
+except ImportError:  # pragma: no cover - depends on the environment
+    Singleton = None
+try:
+    from celery_once import QueueOnce
+except ImportError:  # pragma: no cover
+    QueueOnce = None
+
+#: Variant name -> (base class or None when not installed, extra task options).
+#: "plain" is the yardstick every ratio is taken against.
+VARIANTS: dict[str, tuple[type[Task[Any, Any]] | None, dict[str, Any]]] = {
+    "plain": (Task, {}),
+    "redislock": (SingletonTask, {}),
+    "redislock-enqueue": (SingletonTask, {"lock_on": "enqueue"}),
+    "celery-singleton": (Singleton, {}),
+    # graceful: a duplicate call returns a REJECTED EagerResult instead of raising AlreadyQueued.
+    "celery-once": (QueueOnce, {"once": {"graceful": True}}),
+}
+
+#: Why a variant cannot run here (shown in the report), by name.
+UNAVAILABLE = {
+    name: "not installed: pip install -e '.[bench]'" for name, (base, _) in VARIANTS.items() if base is None
+}
+
+#: Seconds every lock implementation keeps a lock without renewal (only ours renews).
+LOCK_TTL = 60
+
+# Per process (a forked child makes its own on first use): counts executions and overlaps.
+_coord: list[redis.Redis] = []
+
+
+def coord_client(url: str) -> redis.Redis:
+    if not _coord or _coord[0].connection_pool.pid != os.getpid():
+        _coord[:] = [redis.Redis.from_url(url)]
+    return _coord[0]
+
+
+def track(url: str, variant: str, tag: str, key: str, seconds: float) -> None:
+    """A body that notes it ran, and whether another execution of ``key`` ran at the same time."""
+    client = coord_client(url)
+    active = f"bench:active:{variant}:{tag}:{key}"
+    pipe = client.pipeline(transaction=False)
+    pipe.incr(active)
+    pipe.incr(f"bench:ran:{variant}:{tag}")
+    now_active, _ = pipe.execute()
+    if now_active > 1:
+        client.incr(f"bench:overlaps:{variant}:{tag}")
+    time.sleep(seconds)
+    client.decr(active)
+
+
+def make_app(broker: str, results: str, locks: str, coord: str) -> Celery:
+    """The app, with a ``noop`` and a ``sleep`` task per available variant, all named
+    ``bench.<variant>.<noop|sleep>``, and every lock implementation pointed at ``locks``."""
+    app = Celery("bench", set_as_current=False)
+    app.conf.update(
+        broker_url=broker,
+        result_backend=results,
+        broker_connection_retry_on_startup=False,
+        task_default_queue="bench",
+        worker_hijack_root_logger=False,
+        # The three lock implementations, on the same (dedicated) Redis, with one TTL.
+        redislock_url=locks,
+        redislock_options={"lock_timeout": LOCK_TTL},
+        singleton_backend_url=locks,
+        singleton_lock_expiry=LOCK_TTL,
+        ONCE={
+            "backend": "celery_once.backends.Redis",
+            "settings": {"url": locks, "default_timeout": LOCK_TTL},
+        },
+    )
+    for variant, (base, options) in VARIANTS.items():
+        if base is None:
+            continue
+
+        def noop(i: int) -> int:
+            return i
+
+        def sleep(tag: str, key: str, seconds: float, variant: str = variant) -> None:
+            track(coord, variant, tag, key, seconds)
+
+        for func in (noop, sleep):
+            app.task(name=f"bench.{variant}.{func.__name__}", base=base, shared=False, **options)(func)  # type: ignore[no-untyped-call]
+    return app

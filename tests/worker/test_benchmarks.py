@@ -1,0 +1,28 @@
+"""The benchmark harness still runs end to end, at sizes too small to measure anything.
+
+No figure is asserted (speed is never a test): only that every scenario ran and the table
+was written. Peers missing from the environment are reported in the table, not failed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.__main__ import main
+
+
+@pytest.mark.slow
+def test_the_benchmark_harness_writes_its_table(tmp_path: Path) -> None:
+    assert main(["--quick", "--out", str(tmp_path)]) == 0
+
+    table = (tmp_path / "results.md").read_text(encoding="utf-8")
+    results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    for heading in ("## Uncontended", "## Duplicate-heavy", "## Renewal at scale", "## The floor"):
+        assert heading in table
+    assert "| plain Celery task |" in table
+    assert "| `SingletonTask` (this package) |" in table
+    assert set(results["uncontended"]) >= {"plain", "redislock"}
+    assert set(results["renewal"]) == {"100"}
