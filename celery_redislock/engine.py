@@ -109,7 +109,31 @@ def as_text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-class LockEngine:
+class BatchRenewal:
+    """Renewal of many leases in as few script calls as the topology allows: one for a single
+    Redis. Subclasses say how one batch is renewed; a cluster engine also overrides
+    ``_partition`` to split the leases by node or slot, so callers of renew_many never change."""
+
+    def renew_many(self, leases: Iterable[Lease]) -> RenewReport:
+        """Renew every lease, one script call per partition (one in all for a single Redis).
+
+        A lease that is gone is taken back where that is free; one held by someone else is
+        reported.
+        """
+        report = RenewReport()
+        for batch in self._partition(leases):
+            if batch:
+                report.merge(self._renew_batch(batch))
+        return report
+
+    def _partition(self, leases: Iterable[Lease]) -> Iterator[Sequence[Lease]]:
+        yield list(leases)
+
+    def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
+        raise NotImplementedError
+
+
+class LockEngine(BatchRenewal):
     """The Redis side of a lock: every operation is one script call, so one round trip.
 
     The engine owns no state about who holds what: holders are ids chosen by the caller,
@@ -161,22 +185,6 @@ class LockEngine:
         """The id holding ``key`` now, or None: for diagnostics, never for a decision."""
         value = self.client.get(key)
         return None if value is None else as_text(value)
-
-    def renew_many(self, leases: Iterable[Lease]) -> RenewReport:
-        """Renew every lease, one script call per partition (one in all for a single Redis).
-
-        A lease that is gone and free is taken back; one held by someone else is reported.
-        """
-        report = RenewReport()
-        for batch in self._partition(leases):
-            if batch:
-                report.merge(self._renew_batch(batch))
-        return report
-
-    def _partition(self, leases: Iterable[Lease]) -> Iterator[Sequence[Lease]]:
-        # One batch for a single Redis. A cluster engine overrides this to yield one batch per
-        # node, so that callers of renew_many never change.
-        yield list(leases)
 
     def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
         args: list[str] = []
@@ -364,13 +372,14 @@ class SemaphoreState:
     waiting: int
 
 
-class SemaphoreEngine:
+class SemaphoreEngine(BatchRenewal):
     """The Redis side of a fair counting semaphore; every operation is one script call.
 
     Holders live in a sorted set at the semaphore's key, scored by their expiry on the Redis
     server's clock; waiters in a queue scored by a ticket from a counter (INCR), so they are
     served in arrival order whatever the clocks of their hosts. The auxiliary keys are
     ``keys.semaphore_keys(key)``; a release is published on ``keys.release_channel(key)``.
+    Renewal takes a slot that is gone back while the semaphore has one free.
     """
 
     def __init__(self, client: Client) -> None:
@@ -425,21 +434,6 @@ class SemaphoreEngine:
         for key in keys:
             self._state(keys=[key, semaphore_keys(key)[0]], client=pipe)
         return [_semaphore_state(reply) for reply in pipe.execute()]
-
-    def renew_many(self, leases: Iterable[Lease]) -> RenewReport:
-        """Renew every slot, one script call per partition (one in all for a single Redis).
-
-        A slot that is gone is taken back while the semaphore has one free; else reported.
-        """
-        report = RenewReport()
-        for batch in self._partition(leases):
-            if batch:
-                report.merge(self._renew_batch(batch))
-        return report
-
-    def _partition(self, leases: Iterable[Lease]) -> Iterator[Sequence[Lease]]:
-        # As LockEngine._partition: a cluster engine yields one batch per node.
-        yield list(leases)
 
     def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
         args: list[str] = []
