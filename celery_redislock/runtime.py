@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from celery import Celery
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .connection import client_factory
 from .engine import LeaseEngine, LockEngine, SemaphoreEngine, make_engine, make_semaphore_engine
@@ -43,6 +45,16 @@ __all__ = [
 
 # Bounds how long a task waits on a Redis that stopped answering; a lock's TTL covers the rest.
 SOCKET_TIMEOUT = 5.0
+
+
+def client_retry() -> Retry:
+    """How the lock client retries a command that could not reach Redis: once, at once.
+
+    Enough for a pooled connection that went stale when Redis restarted (the retry reconnects).
+    Not redis-py's default (10 retries with backoff, seconds in all): a task must learn at once
+    that Redis is down and apply ``on_redis_error``, and the renewal timer retries next interval.
+    """
+    return Retry(NoBackoff(), 1)
 
 
 @dataclass(frozen=True)
@@ -91,6 +103,7 @@ class Runtime:
             socket_connect_timeout=SOCKET_TIMEOUT,
             socket_timeout=SOCKET_TIMEOUT,
             health_check_interval=30,
+            retry=client_retry(),
         )
         self._engine: LockEngine | None = None
         self._plans: dict[tuple[str, str | None], Plan] = {}

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import redis
-from celery import Celery, Task
+from celery import Celery, Task, states
+from celery.backends.base import DisabledBackend
 from celery.exceptions import Ignore, Retry
 from celery.utils import uuid
 
@@ -42,6 +43,12 @@ logger = logging.getLogger("celery_redislock.task")
 
 #: Message header carrying the lock key of a task locked at enqueue.
 KEY_HEADER = "redislock_key"
+
+#: How the re-queued copy of a task that found Redis unreachable is published. Redis is often the
+#: broker too, and then it is down just as long: Celery's default policy gives up within a second
+#: and the task would be dropped (``Reject``). This one waits for the broker as long as it takes,
+#: a WARNING per failed attempt, so the task is never lost.
+BROKER_WAIT_INTERVAL_MAX = 5.0
 
 # The "wait" strategy re-tries at least this often even without a release notice, in case the
 # holder died and its lock expired (an expiry publishes nothing).
@@ -123,6 +130,10 @@ class SingletonTask(Task[Any, Any]):
         options = plan.options
         request = self.request
         holder = holder_id(self._task_id, request.hostname)
+        if request.retries and self._finished():
+            # A re-queued copy (above) whose original has finished meanwhile: nothing to do.
+            logger.info("Dropped redelivered %s[%s]: it has finished already", self.name, request.id)
+            raise Ignore()
         if options.max_concurrency > 1:
             return self._acquire_slot(runtime, options, key, holder)
         try:
@@ -132,10 +143,13 @@ class SingletonTask(Task[Any, Any]):
                 # (reject_on_worker_lost) without telling anyone: not a duplicate, take over.
                 runtime.engine.release(key, result.holder)
                 result = self._try_acquire(runtime, options, key, holder)
-            if not result.acquired and options.on_duplicate == "wait":
+            redelivered = not result.acquired and task_id_of(result.holder) == self._task_id
+            if not result.acquired and not redelivered and options.on_duplicate == "wait":
                 result = self._wait(runtime, options, key, holder)
         except redis.RedisError as exc:
             return self._on_redis_error(runtime, options, key, exc)
+        if redelivered:
+            self._on_redelivered(options, key, result.holder)  # raises
         if not result.acquired:
             self._on_duplicate(options, key, result.holder)  # raises
         return self._hold(runtime, options, runtime.engine, Lease(key, holder, options.timeout_ms))
@@ -210,6 +224,48 @@ class SingletonTask(Task[Any, Any]):
             counters.incr("waited")
         return result
 
+    def _on_redelivered(self, options: LockOptions, key: str, holder: str) -> None:
+        """Another delivery of this very message holds the lock: a copy given out again by the
+        Redis broker's visibility timeout while the original runs, or a message re-queued after
+        its child died on another worker (whose lock only expires). Not run now; not dropped
+        either, since the holder may never finish: re-queued to look again once the lock may have
+        moved, and dropped then if that task id has finished meanwhile."""
+        request = self.request
+        error = DuplicateTaskError(self.name, self._task_id, key, holder)
+        if request.is_eager:
+            self._skip(error)
+        counters.incr("retried")
+        countdown = options.renew_interval_s
+        logger.info(
+            "Re-queued redelivered %s[%s] in %ss: %s is held by its other delivery %s",
+            self.name,
+            request.id,
+            countdown,
+            key,
+            holder,
+        )
+        # Published like a retry (same task id, waits for the broker), but no RETRY state is
+        # stored: that would overwrite the result the holder may store in the meantime.
+        self.retry(
+            countdown=countdown,
+            exc=error,
+            throw=False,
+            max_retries=sys.maxsize,
+            retry_policy=self._broker_wait_policy(),
+        )
+        raise Ignore()
+
+    def _finished(self) -> bool:
+        """Whether this task id already has a final result (a re-queued copy is then dropped)."""
+        if self.ignore_result or isinstance(self.backend, DisabledBackend):
+            return False
+        try:
+            state = self.backend.get_task_meta(self._task_id).get("status")
+        except Exception as exc:  # the result store is not the lock's business: run it
+            logger.warning("Could not read the state of %s[%s]: %r", self.name, self._task_id, exc)
+            return False
+        return state in states.READY_STATES
+
     def _on_duplicate(self, options: LockOptions, key: str, holder: str) -> None:
         request = self.request
         error = DuplicateTaskError(self.name, self._task_id, key, holder)
@@ -269,8 +325,34 @@ class SingletonTask(Task[Any, Any]):
             )
             # Not bounded by the task's max_retries: it has not run yet, and running out of
             # retries would drop it. (These retries still count in request.retries.)
-            raise self.retry(countdown=options.retry_countdown, exc=error, max_retries=sys.maxsize) from exc
+            raise self.retry(
+                countdown=options.retry_countdown,
+                exc=error,
+                max_retries=sys.maxsize,
+                retry_policy=self._broker_wait_policy(),
+            ) from exc
         raise error from exc
+
+    def _broker_wait_policy(self) -> dict[str, Any]:
+        """A publish retry policy that waits for an unreachable broker until it is back."""
+        name, task_id = self.name, self._task_id
+
+        def errback(exc: BaseException, interval: float) -> None:
+            logger.warning(
+                "Could not re-queue %s[%s]: the broker is unreachable (%r); trying again in %.1fs",
+                name,
+                task_id,
+                exc,
+                interval,
+            )
+
+        return {
+            "max_retries": None,  # kombu's Connection.ensure: retry for ever
+            "interval_start": 0.2,
+            "interval_step": 0.5,
+            "interval_max": BROKER_WAIT_INTERVAL_MAX,
+            "errback": errback,
+        }
 
     # -- releasing it ---------------------------------------------------------------------
 

@@ -87,6 +87,18 @@ def wait_started(
     return [(int(pid), task_id) for pid, task_id in entries]
 
 
+def stats_of(app: Celery, node: str) -> dict[str, Any] | None:
+    """The ``redislock_stats`` reply of ``node``, or None if it did not answer."""
+    # Celery's Inspect has no generic attribute access (inspect().redislock_stats() does not
+    # exist): a command of a plugin is sent with broadcast(), as `celery inspect` does.
+    replies = app.control.broadcast("redislock_stats", reply=True, timeout=5, destination=[node])
+    for reply in replies or []:
+        if node in reply:
+            answer: dict[str, Any] = reply[node]
+            return answer
+    return None
+
+
 def open_gate(coord: redis.Redis, tag: str, times: int = 2) -> None:
     coord.rpush(f"gate:{tag}", *["go"] * times)
 

@@ -22,7 +22,7 @@ import celery_redislock  # noqa: F401  (registers the inspect command in this cl
 from celery_redislock import DuplicateTaskError
 from celery_redislock.stats import COUNTER_NAMES
 
-from .conftest import WorkerProcess, open_gate, poll, wait_started, worker_module
+from .conftest import WorkerProcess, open_gate, poll, stats_of, wait_started, worker_module
 
 TASKS = """
 @app.task(base=SingletonTask, name="stats.quick")
@@ -35,18 +35,6 @@ def held(self, tag):
     hold(self, tag)
     return os.getpid()
 """
-
-
-def stats_of(app: Celery, node: str) -> dict[str, Any] | None:
-    """The ``redislock_stats`` reply of ``node``, or None if it did not answer."""
-    # Celery's Inspect has no generic attribute access (inspect().redislock_stats() does not
-    # exist): a command of a plugin is sent with broadcast(), as `celery inspect` does.
-    replies = app.control.broadcast("redislock_stats", reply=True, timeout=5, destination=[node])
-    for reply in replies or []:
-        if node in reply:
-            answer: dict[str, Any] = reply[node]
-            return answer
-    return None
 
 
 def celery_inspect(proc: WorkerProcess, node: str, *options: str) -> subprocess.CompletedProcess[str]:
