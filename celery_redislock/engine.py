@@ -390,19 +390,36 @@ class SemaphoreEngine(BatchRenewal):
         self._state = client.register_script(_SEM_STATE)
 
     def acquire(
-        self, key: str, holder: str, limit: int, ttl_ms: int, *, wait_ttl_ms: int = 0, ticket: int = 0
+        self,
+        key: str,
+        holder: str,
+        limit: int,
+        ttl_ms: int,
+        *,
+        wait_ttl_ms: int = 0,
+        ticket: int = 0,
+        siblings: str = "",
     ) -> SlotResult:
         """Take a slot of ``key`` for ``holder`` if one is free for it.
 
         With ``wait_ttl_ms`` the caller queues (or keeps its place) and must call again within
         that time to stay queued; ``ticket`` is the one an earlier call gave it. Without, it
-        never takes a slot a queued waiter is owed.
+        never takes a slot a queued waiter is owed. A holder whose id starts with
+        ``siblings`` refuses the caller: it is then the only holder reported.
         """
         queue, alive, counter = semaphore_keys(key)
         wait_ttl = _ttl(wait_ttl_ms) if wait_ttl_ms else "0"
         reply = self._acquire(
             keys=[key, queue, alive, counter],
-            args=[holder, str(int(limit)), _ttl(ttl_ms), wait_ttl, str(int(ticket)), release_channel(key)],
+            args=[
+                holder,
+                str(int(limit)),
+                _ttl(ttl_ms),
+                wait_ttl,
+                str(int(ticket)),
+                release_channel(key),
+                siblings,
+            ],
         )
         if reply[0] != 0:
             return SlotResult(AcquireStatus(reply[0]))

@@ -217,6 +217,11 @@ def task_id_of(holder: str) -> str:
     return holder.split("@", 1)[0]
 
 
+def any_delivery_prefix(task_id: str) -> str:
+    """What the holder id of every delivery of ``task_id``, on any worker, starts with."""
+    return f"{task_id}@"
+
+
 def handover_id(task_id: str) -> str:
     """The value a lock holds while handed over to the next execution of ``task_id``
     (a retry with ``release_on_retry=False``, or a task locked at enqueue)."""

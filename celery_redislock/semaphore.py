@@ -37,6 +37,7 @@ def take_slot(
     blocking: bool,
     timeout: float | None,
     retry_delay: float = DEFAULT_RETRY_DELAY,
+    siblings: str = "",
 ) -> SlotResult:
     """Take a slot of ``key`` for ``holder``.
 
@@ -44,15 +45,18 @@ def take_slot(
     queue with a ticket and wait (woken by releases, re-trying every ``retry_delay`` at most)
     until served in ticket order or ``timeout`` seconds (None: no limit) pass; a waiter that
     gives up (timeout, or an error) leaves the queue, so those behind it move up at once.
+    ``siblings``: see :meth:`SemaphoreEngine.acquire`.
     """
     if not blocking:
-        return engine.acquire(key, holder, limit, ttl_ms)
+        return engine.acquire(key, holder, limit, ttl_ms, siblings=siblings)
     wait_ttl_ms = to_ms(waiter_ttl(retry_delay))
     ticket = 0
 
     def attempt() -> SlotResult:
         nonlocal ticket
-        result = engine.acquire(key, holder, limit, ttl_ms, wait_ttl_ms=wait_ttl_ms, ticket=ticket)
+        result = engine.acquire(
+            key, holder, limit, ttl_ms, wait_ttl_ms=wait_ttl_ms, ticket=ticket, siblings=siblings
+        )
         ticket = result.ticket or ticket
         return result
 

@@ -23,6 +23,7 @@ from .runtime import (
     QUEUED_SUFFIX,
     Plan,
     Runtime,
+    any_delivery_prefix,
     handover_id,
     holder_id,
     holder_prefix,
@@ -169,12 +170,20 @@ class SingletonTask(Task[Any, Any]):
             if dead is not None:  # this very message, from a child that died here: not a duplicate
                 engine.release(key, dead, notify=runtime.release_channel(key))
                 slot = self._take_slot(engine, options, key, holder, blocking=False)
-            if not slot.acquired and options.on_duplicate == "wait" and options.acquire_timeout > 0:
+            sibling = next((h for h in slot.holders if task_id_of(h) == self._task_id), None)
+            if (
+                sibling is None
+                and not slot.acquired
+                and options.on_duplicate == "wait"
+                and options.acquire_timeout > 0
+            ):
                 slot = self._take_slot(engine, options, key, holder, blocking=True)
                 if slot.acquired:
                     counters.incr("waited")
         except redis.RedisError as exc:
             return self._on_redis_error(runtime, options, key, exc)
+        if sibling is not None:
+            self._on_redelivered(options, key, sibling)  # raises
         if not slot.acquired:
             # Every slot held, or the free ones owed to executions queued (on_duplicate="wait").
             holders = ", ".join(slot.holders) or "executions queued first"
@@ -194,6 +203,9 @@ class SingletonTask(Task[Any, Any]):
             blocking=blocking,
             timeout=options.acquire_timeout,
             retry_delay=WAIT_FALLBACK_POLL,
+            # Another delivery of this very message holding a slot is not a co-holder: see
+            # _on_redelivered.
+            siblings=any_delivery_prefix(self._task_id),
         )
 
     def _held_by_dead_delivery(self, holder: str) -> bool:

@@ -14,10 +14,12 @@
 --          while it was alive gets its place back
 -- ARGV[6]  a channel to PUBLISH KEYS[1] on when stale holders or dead waiters were dropped
 --          (others may fit now); "" for none
+-- ARGV[7]  a holder id prefix naming the caller's siblings (another delivery of the same
+--          task id, "<task id>@"); "" for none. A live sibling holding a slot refuses the caller
 -- Returns  {1} taken, {2} re-entered (the caller already held a slot: its TTL is reset),
 --          or {0, ticket, holders}: no slot for the caller now; ticket is its place in the
 --          queue (0 when not queued), holders the ids holding the slots (a lock's holder
---          when KEYS[1] is a plain lock).
+--          when KEYS[1] is a plain lock; only the sibling when a sibling refused it).
 local holders, queue, alive, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local me = ARGV[1]
 local limit = tonumber(ARGV[2])
@@ -53,6 +55,15 @@ end
 
 if redis.call('ZSCORE', holders, me) then
   return hold(2)
+end
+
+local siblings = ARGV[7]
+if siblings ~= '' then
+  for _, holder in ipairs(redis.call('ZRANGE', holders, 0, -1)) do
+    if string.sub(holder, 1, #siblings) == siblings then
+      return {0, 0, {holder}}
+    end
+  end
 end
 
 local ticket = 0

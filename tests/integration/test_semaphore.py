@@ -265,6 +265,19 @@ def test_release_by_prefix_frees_a_dead_process_slots_only(engine: SemaphoreEngi
     assert not engine.release_holder_prefix("pre", "task9@")
 
 
+def test_a_sibling_holding_a_slot_refuses_another_delivery_of_its_task(engine: SemaphoreEngine) -> None:
+    assert engine.acquire("sib", "other@a:1:1", 3, 30_000, siblings="task1@").acquired
+    assert engine.acquire("sib", "task1@a:1:1", 3, 30_000, siblings="task1@").acquired
+    # Two slots are free, but a delivery of task1 holds one: the copy is refused, named alone.
+    copy = engine.acquire("sib", "task1@b:2:1", 3, 30_000, siblings="task1@")
+    assert not copy.acquired and copy.holders == ("task1@a:1:1",) and copy.ticket == 0
+    # The holder itself still re-enters; another task's delivery takes a free slot.
+    assert (
+        engine.acquire("sib", "task1@a:1:1", 3, 30_000, siblings="task1@").status is AcquireStatus.REENTERED
+    )
+    assert engine.acquire("sib", "task2@b:2:1", 3, 30_000, siblings="task2@").acquired
+
+
 def test_the_lease_of_a_slot_carries_its_limit(engine: SemaphoreEngine) -> None:
     engine.acquire("lim", "a", 1, 30_000)
     report = engine.renew_many([SemaphoreLease("lim", "b", 30_000, 1)])

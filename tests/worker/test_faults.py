@@ -101,6 +101,12 @@ app.conf.broker_transport_options = {{"visibility_timeout": {VISIBILITY_TIMEOUT}
 @app.task(base=SingletonTask, bind=True, name="faults.late", acks_late=True, lock_timeout=3)
 def late(self, tag):
     return hold(self, tag)
+
+
+@app.task(base=SingletonTask, bind=True, name="faults.late_slots", acks_late=True, lock_timeout=3,
+          max_concurrency=3)
+def late_slots(self, tag):
+    return hold(self, tag)
 """
 
 
@@ -157,6 +163,37 @@ def test_a_copy_redelivered_after_the_visibility_timeout_waits_for_the_original(
     assert len(wait_started(coord, "v")) == 1
     assert result.state == "SUCCESS"
     broker.close()
+
+
+def test_a_copy_redelivered_while_its_original_holds_a_slot_does_not_take_another(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    # max_concurrency=3 leaves two slots free: the copy must still not run beside its original.
+    proc = worker_process(worker_module(urls, "faults", TASKS + LATE), "-c", "2")
+    client = make_app(broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT})
+    result = client.send_task("faults.late_slots", args=["s"])
+    [(_, task_id)] = wait_started(coord, "s")
+    [key] = lock_keys(locks)
+    [holder] = locks.zrange(key, 0, -1)
+    requeued = f"Re-queued redelivered faults.late_slots[{task_id}] in 1.0s: {key.decode()} is held by its other delivery {holder.decode()}"
+
+    def redelivered() -> bool:
+        restore_visible(client)
+        return requeued in proc.log()
+
+    assert poll(redelivered, 20, interval=0.2), proc.log()
+    assert [tid for _, tid in wait_started(coord, "s")] == [task_id]  # the copy's body never ran
+    assert locks.zrange(key, 0, -1) == [holder]  # one slot: the original's
+    assert result.state == "PENDING"
+    open_gate(coord, "s")
+    assert result.get(timeout=10) == "done s"
+    dropped = f"Dropped redelivered faults.late_slots[{task_id}]: it has finished already"
+    assert poll(lambda: dropped in proc.log(), 10), proc.log()
+    assert len(wait_started(coord, "s")) == 1
 
 
 def test_a_message_redelivered_after_its_worker_was_killed_runs_on_another_worker(
