@@ -117,6 +117,17 @@ def restore_visible(app: Celery) -> None:
         conn.default_channel.qos.restore_visible(num=100, interval=1)
 
 
+def wait_redelivered(client: Celery, proc: WorkerProcess, message: str) -> None:
+    """Give out unacknowledged messages again until ``message`` is in ``proc``'s log: polled,
+    as a message becomes visible again once it has been unacknowledged long enough."""
+
+    def redelivered() -> bool:
+        restore_visible(client)
+        return message in proc.log()
+
+    assert poll(redelivered, 20, interval=0.2), proc.log()
+
+
 def test_a_copy_redelivered_after_the_visibility_timeout_waits_for_the_original(
     urls: dict[str, str],
     redislock_server: RedisServer,
@@ -138,12 +149,7 @@ def test_a_copy_redelivered_after_the_visibility_timeout_waits_for_the_original(
         f"is held by its other delivery {holder.decode()}"
     )
 
-    def redelivered() -> bool:
-        restore_visible(client)
-        return requeued in proc.log()
-
-    # Polled: the message becomes visible again once it has been unacknowledged long enough.
-    assert poll(redelivered, 20, interval=0.2), proc.log()
+    wait_redelivered(client, proc, requeued)
     assert proc.log().count(f"Task faults.late[{task_id}] received") >= 2
     assert [tid for _, tid in wait_started(coord, "v")] == [task_id]  # the copy's body never ran
     assert locks.get(key) == holder  # not a re-entry: the original still holds it
@@ -181,11 +187,7 @@ def test_a_copy_redelivered_while_its_original_holds_a_slot_does_not_take_anothe
     [holder] = locks.zrange(key, 0, -1)
     requeued = f"Re-queued redelivered faults.late_slots[{task_id}] in 1.0s: {key.decode()} is held by its other delivery {holder.decode()}"
 
-    def redelivered() -> bool:
-        restore_visible(client)
-        return requeued in proc.log()
-
-    assert poll(redelivered, 20, interval=0.2), proc.log()
+    wait_redelivered(client, proc, requeued)
     assert [tid for _, tid in wait_started(coord, "s")] == [task_id]  # the copy's body never ran
     assert locks.zrange(key, 0, -1) == [holder]  # one slot: the original's
     assert result.state == "PENDING"
@@ -216,11 +218,7 @@ def test_a_message_redelivered_after_its_worker_was_killed_runs_on_another_worke
     first.process.wait(10)
     second = worker_process(source, "-c", "1", "-n", "second@test")
 
-    def redelivered() -> bool:
-        restore_visible(client)
-        return f"Re-queued redelivered faults.late[{task_id}]" in second.log()
-
-    assert poll(redelivered, 20, interval=0.2), second.log()
+    wait_redelivered(client, second, f"Re-queued redelivered faults.late[{task_id}]")
     open_gate(coord, "k")
     # Runs once the dead worker's lock has expired (lock_timeout 3 s).
     assert result.get(timeout=30) == "done k"
