@@ -17,18 +17,11 @@ from celery import Celery
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .connection import client_factory
 from .engine import LeaseEngine, LockEngine, SemaphoreEngine, make_engine, make_semaphore_engine
 from .keys import KeyBuilder, release_channel
-from .options import (
-    OPTION_NAMES,
-    SETTING_DEFAULTS,
-    AppSettings,
-    LockOptions,
-    read_settings,
-    source_task,
-    validate,
-)
+from .options import OPTION_NAMES, LockOptions, source_task, validate
+from .settings import SETTING_DEFAULTS, AppSettings, read_settings
+from .urls import client_factory
 
 __all__ = [
     "QUEUED_SUFFIX",

@@ -17,7 +17,7 @@ from celery.utils import uuid
 from .engine import AcquireResult, Lease, LeaseEngine, SemaphoreEngine, SemaphoreLease, SlotResult
 from .errors import DuplicateTaskError, LockUnavailableError
 from .keys import KeyBuilder
-from .options import LockOptions, mask_url
+from .options import LockOptions
 from .renewal import get_renewer
 from .runtime import (
     QUEUED_SUFFIX,
@@ -36,6 +36,7 @@ from .runtime import (
 )
 from .semaphore import take_slot
 from .stats import counters
+from .urls import mask_url
 from .waiting import wait_for
 
 __all__ = ["SingletonTask"]

@@ -70,6 +70,13 @@ def _tag_queue(sender: Any = None, request: Any = None, **_: Any) -> None:
     request.request_dict[QUEUE_FIELD] = consumed_queue(delivery_info, queues, tags)
 
 
+@signals.worker_init.connect(weak=False)
+def _share_counters(**_: Any) -> None:
+    # Sent in the worker's main process before it forks its pool: the children then count
+    # into the memory the parent answers `inspect redislock_stats` from.
+    counters.share()
+
+
 def _release_for(task: SingletonTask, context: Any, why: str) -> None:
     """Free, from the parent, the lock a child held for ``context`` (its request)."""
     try:
