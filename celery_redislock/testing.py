@@ -4,35 +4,21 @@ and the fixtures to ``celery_redislock.contrib.pytest`` (still loaded by pytest 
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
-from .contrib.testing import (
-    ClusterSet,
-    RedisServer,
-    RoundTrips,
-    SentinelSet,
-    counting_client,
-    counting_cluster_client,
-    find_redis_server,
-    free_port,
-    free_ports,
-    poll,
-)
+from .contrib import testing as _testing
 
-__all__ = [
-    "ClusterSet",
-    "RedisServer",
-    "RoundTrips",
-    "SentinelSet",
-    "counting_client",
-    "counting_cluster_client",
-    "find_redis_server",
-    "free_port",
-    "free_ports",
-    "poll",
-]
+__all__ = list(_testing.__all__)
 
-warnings.warn(
-    "celery_redislock.testing is deprecated: import from celery_redislock.contrib.testing",
-    DeprecationWarning,
-    stacklevel=2,
-)
+
+def __getattr__(name: str) -> Any:
+    # Warn where an old import is used, not merely where this module is imported.
+    if name not in __all__:  # __path__, __spec__... asked by the import system
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_testing, name)
+    warnings.warn(
+        f"celery_redislock.testing.{name} moved: import it from celery_redislock.contrib.testing",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return value

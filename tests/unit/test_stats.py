@@ -193,3 +193,12 @@ print(before, counters._values is not None)
 """
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "True"]
+
+
+def test_the_old_testing_module_still_works_and_says_where_it_moved() -> None:
+    from celery_redislock.contrib.testing import RedisServer
+
+    with pytest.warns(DeprecationWarning, match="import it from celery_redislock.contrib.testing"):
+        from celery_redislock.testing import RedisServer as old
+
+    assert old is RedisServer
