@@ -108,10 +108,13 @@ def test_a_retry_is_not_swallowed(
     assert lock_keys(locks) == []
 
 
-def old_tasks(app: Celery, urls: dict[str, str]) -> tuple[Any, Any]:
+def old_tasks(app: Celery, urls: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
     """The same tasks declared with the old libraries themselves: an old producer."""
     celery_once = pytest.importorskip("celery_once")
     celery_singleton = pytest.importorskip("celery_singleton")
+    # Both cache their Redis client in a module global: another test's may point elsewhere.
+    monkeypatch.setattr("celery_once.backends.redis.redis", None)
+    monkeypatch.setattr("celery_singleton.backends._backend", None)
     app.conf.ONCE = {"backend": "celery_once.backends.Redis", "settings": {"url": urls["locks"]}}
 
     @app.task(base=celery_once.QueueOnce, shared=False, name="compat.once")
@@ -129,8 +132,9 @@ def test_switching_with_old_tasks_still_queued(
     locks: redis.Redis,
     make_app: Callable[..., Celery],
     start: Callable[[], WorkerProcess],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    old_once, old_single = old_tasks(make_app(), urls)
+    old_once, old_single = old_tasks(make_app(), urls, monkeypatch)
     new = senders(make_app(), urls)
     results = make_app().conf.result_backend
     backend = redis.Redis.from_url(results)  # where celery-singleton keeps its keys by default
