@@ -18,6 +18,7 @@ __all__ = [
     "LockKeyFunc",
     "LockOn",
     "LockOptions",
+    "LockUntil",
     "OnDuplicate",
     "OnRedisError",
     "check_argument",
@@ -29,6 +30,8 @@ __all__ = [
 
 OnDuplicate = Literal["skip", "retry", "raise", "wait"]
 LockOn = Literal["execute", "enqueue"]
+#: How long a lock taken at enqueue lasts: until the task finished, or until a worker starts it.
+LockUntil = Literal["finished", "started"]
 OnRedisError = Literal["retry", "run", "fail"]
 LockKey = Optional[Union[tuple[str, ...], LockKeyFunc]]
 
@@ -56,6 +59,7 @@ class LockOptions:
     queued_timeout: float = 3600.0
     on_redis_error: OnRedisError = "retry"
     max_concurrency: int = 1
+    lock_until: LockUntil = "finished"
 
     def __post_init__(self) -> None:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -211,6 +215,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "queued_timeout": _positive_seconds,
     "on_redis_error": _choice(get_args(OnRedisError)),
     "max_concurrency": _check_max_concurrency,
+    "lock_until": _choice(get_args(LockUntil)),
 }
 assert set(_CHECKS) == OPTION_NAMES, "every option of LockOptions needs a check"
 
@@ -262,19 +267,28 @@ def validate(options: Mapping[str, Any], source: str) -> dict[str, Any]:
     return result
 
 
-def _clash(options: Mapping[str, Any]) -> tuple[str, str] | None:
-    """``(option, problem)`` for options that cannot go together, else None.
+def _clash(options: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """``(option, problem, other option)`` for two options that cannot go together, else None.
 
     A semaphore (``max_concurrency`` > 1) is taken by each execution for itself: it is not
-    taken at enqueue, nor handed over to a retry.
+    taken at enqueue, nor handed over to a retry. ``lock_until="started"`` releases a lock
+    taken at enqueue, so it needs ``lock_on="enqueue"`` (an unset ``lock_on`` is the default,
+    ``"execute"``, once the layers are merged; within one layer only an explicit one clashes).
     """
     limit = options.get("max_concurrency") or 1
-    if limit <= 1:
-        return None
-    if options.get("lock_on") == "enqueue":
-        return "lock_on", f"'enqueue' cannot be used with max_concurrency={limit} (use 'execute')"
-    if options.get("release_on_retry") is False:
-        return "release_on_retry", f"False cannot be used with max_concurrency={limit} (use True)"
+    if limit > 1 and options.get("lock_on") == "enqueue":
+        problem = f"'enqueue' cannot be used with max_concurrency={limit} (use 'execute')"
+        return "lock_on", problem, "max_concurrency"
+    if limit > 1 and options.get("release_on_retry") is False:
+        problem = f"False cannot be used with max_concurrency={limit} (use True)"
+        return "release_on_retry", problem, "max_concurrency"
+    lock_on = options.get("lock_on")
+    if options.get("lock_until") == "started" and lock_on is not None and lock_on != "enqueue":
+        problem = (
+            f"'started' cannot be used with lock_on={lock_on!r} (use lock_on='enqueue': only a lock "
+            f"taken at enqueue can be released when the task starts)"
+        )
+        return "lock_until", problem, "lock_on"
     return None
 
 
@@ -352,12 +366,14 @@ def resolve(
             f" from {origin.get('lock_timeout', 'the default')}",
         )
         raise OptionError("renew_interval", blamed, problem)
-    clash = _clash(merged)
+    clash = _clash({"lock_on": LockOptions.lock_on, **merged})
     if clash is not None:
-        option, problem = clash
-        involved = {origin[option], origin["max_concurrency"]}
+        option, problem, other = clash
+        involved = {origin[option], origin.get(other)}
         blamed = next(source for _, source in layers if source in involved)
         raise OptionError(
-            option, blamed, f"{problem} (from {origin['max_concurrency']}; {option} from {origin[option]})"
+            option,
+            blamed,
+            f"{problem} (from {origin.get(other, 'the default')}; {option} from {origin[option]})",
         )
     return LockOptions(**merged)

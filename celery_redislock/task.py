@@ -98,6 +98,8 @@ class SingletonTask(Task[Any, Any]):
     on_redis_error: ClassVar[str | None] = None
     #: Executions of one key allowed at once.
     max_concurrency: ClassVar[int | None] = None
+    #: ``"finished"``, or ``"started"`` (with ``lock_on="enqueue"``): unique while queued only.
+    lock_until: ClassVar[str | None] = None
 
     @classmethod
     def on_bound(cls, app: Celery) -> None:
@@ -113,6 +115,9 @@ class SingletonTask(Task[Any, Any]):
         plan = runtime.plan(self, getattr(self.request, "redislock_queue", None))
         # A task locked at enqueue carries its key: JSON may have changed its arguments' types.
         key = getattr(self.request, KEY_HEADER, None) or plan.key(self, args, kwargs)
+        if plan.options.lock_until == "started":
+            self._release_queued(runtime, plan.options, key)
+            return self.run(*args, **kwargs)
         held = self._acquire(runtime, plan, key)
         if held is None:  # Redis unreachable and on_redis_error="run": logged in _acquire
             return self.run(*args, **kwargs)
@@ -368,6 +373,18 @@ class SingletonTask(Task[Any, Any]):
         }
 
     # -- releasing it ---------------------------------------------------------------------
+
+    def _release_queued(self, runtime: Runtime, options: LockOptions, key: str) -> None:
+        """``lock_until="started"``: free this task's own lock taken at enqueue, so one more
+        identical call can be queued while the body runs unlocked. Compare-and-delete: a lock
+        that is not ``{this task id}@queued`` (another call's, after ours expired) stays."""
+        try:
+            if runtime.engine.release(key, queued_id(self._task_id), notify=runtime.release_channel(key)):
+                counters.incr("released")
+        except redis.RedisError as exc:
+            # "retry" re-queues it (its queued lock still stands), "fail" fails it, "run" runs
+            # it now and the queued lock lapses after queued_timeout.
+            self._on_redis_error(runtime, options, key, exc)
 
     def _release_held(self, handover_ttl_ms: int | None = None) -> None:
         """Release the execution's lock, or hand it over to the next run of this task id."""

@@ -61,7 +61,7 @@ def test_defaults_are_spec_section_2() -> None:
 
 def test_option_names_are_the_dataclass_fields() -> None:
     assert {f.name for f in dataclasses.fields(LockOptions)} == OPTION_NAMES
-    assert len(OPTION_NAMES) == 11
+    assert len(OPTION_NAMES) == 12
 
 
 def test_effective_renew_interval_follows_lock_timeout() -> None:
@@ -310,7 +310,11 @@ DIFFERENT = {
     "on_redis_error": ("run", "fail", "run"),
     "max_concurrency": (2, 3, 4),
     "release_on_retry": (False, True, False),
+    "lock_until": ("started", "finished", "started"),
 }
+
+#: Options an option of DIFFERENT needs from the least specific layer (app) to be valid at all.
+NEEDS = {"lock_until": {"lock_on": "enqueue"}}
 
 
 def test_precedence_table_covers_every_option() -> None:
@@ -326,13 +330,14 @@ def test_precedence_task_queue_app_default(name: str) -> None:
         return list(value) if isinstance(value, tuple) else value
 
     default = getattr(LockOptions(), name)
-    assert got(resolve_layers({name: t}, {name: q}, {name: a})) == t
-    assert got(resolve_layers({}, {name: q}, {name: a})) == q
-    assert got(resolve_layers({}, {}, {name: a})) == a
+    needs = NEEDS.get(name, {})
+    assert got(resolve_layers({name: t}, {name: q}, {**needs, name: a})) == t
+    assert got(resolve_layers({}, {name: q}, {**needs, name: a})) == q
+    assert got(resolve_layers({}, {}, {**needs, name: a})) == a
     assert getattr(resolve_layers(), name) == default
     # Other options in other layers leave this one alone.
-    other = "max_concurrency" if name != "max_concurrency" else "lock_timeout"
-    assert got(resolve_layers({other: 7}, {name: q}, {})) == q
+    other = "max_concurrency" if name not in ("max_concurrency", "lock_until") else "lock_timeout"
+    assert got(resolve_layers({other: 7}, {name: q}, needs)) == q
 
 
 def test_none_falls_through_to_the_next_layer() -> None:

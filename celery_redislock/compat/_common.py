@@ -1,0 +1,255 @@
+"""What both drop-ins share: translating a peer's options into native ones, adopting its Redis
+URL, telling a refused send from a sent one, and the old-format keys of the transition."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import redis
+from celery import Celery
+from celery.utils import uuid
+
+from ..connection import make_client
+from ..engine import LockEngine, LockInfo, make_engine
+from ..errors import OptionError
+from ..options import check_argument, resolve_redis_url, source_task
+from ..runtime import SOCKET_TIMEOUT, reset_runtime, run_function, runtime_for
+from ..task import KEY_HEADER, SingletonTask
+
+__all__ = ["LEGACY_SETTING", "CompatTask", "Legacy", "Refusal", "constant_key", "lock_key_of"]
+
+logger = logging.getLogger("celery_redislock.compat")
+
+#: The transition setting: compat tasks also honour (at send) and clear (after a run of a
+#: message an old producer sent) the lock keys the old library wrote.
+LEGACY_SETTING = "redislock_compat_legacy_keys"
+
+
+def constant_key(task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """``lock_key`` of a peer's empty key list: one key per task, whatever the arguments."""
+    return ""
+
+
+def lock_key_of(names: Any, option: str, source: str) -> Any:
+    """The native ``lock_key`` for a peer's list of argument names (None: every argument)."""
+    if names is None:
+        return None
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and n for n in names):
+        raise OptionError(option, source, f"must be None or a list of argument names, got {names!r}")
+    # An empty list means "one at a time whatever the arguments", not "every argument".
+    return tuple(names) if names else constant_key
+
+
+def seconds(value: Any, option: str, source: str) -> float:
+    """A peer's timeout: seconds > 0 (``OptionError`` naming the option and the task if not)."""
+    result: float = check_argument("seconds", option, value, source)
+    return result
+
+
+def flag(value: Any, option: str, source: str) -> bool:
+    result: bool = check_argument("flag", option, value, source)
+    return result
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A send the enqueue lock refused: the key, who holds it (None: gone since) and its TTL."""
+
+    key: str
+    holder_task_id: str
+    holder: str | None
+    ttl_ms: int
+
+    @property
+    def countdown(self) -> float:
+        """Seconds the lock has left, as celery-once's ``AlreadyQueued.countdown``."""
+        return max(self.ttl_ms, 0) / 1000
+
+
+class Legacy:
+    """The old library's lock keys on its Redis, for the transition (``LEGACY_SETTING``)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._engine: LockEngine | None = None
+
+    @property
+    def engine(self) -> LockEngine:
+        """An engine on the old library's Redis (made on first use; the URL forms the peers took)."""
+        if self._engine is None:
+            url = resolve_redis_url(self.url, None, None)  # redis+socket:// becomes unix://
+            self._engine = make_engine(make_client(url, socket_timeout=SOCKET_TIMEOUT))
+        return self._engine
+
+    def info(self, key: str) -> LockInfo:
+        """The old key's value and PTTL, one round trip."""
+        return self.engine.inspect([key])[0]
+
+    def delete(self, key: str, task_id: str | None) -> None:
+        """DEL the old key as the old library did after a run; with ``task_id``, only while it
+        holds that task id (celery-singleton's value), compare-and-delete."""
+        if task_id is None:
+            self.engine.client.delete(key)
+        else:
+            self.engine.release(key, task_id)
+
+
+class CompatTask(SingletonTask):
+    """A SingletonTask that takes a peer's task options (translated into native ones when the
+    task is bound) and its app settings; duplicates are refused at send (``lock_on="enqueue"``)."""
+
+    #: The peer's task keywords this base consumes: SingletonTask's check of unknown keywords
+    #: must let them through.
+    redislock_consumed_options: ClassVar[frozenset[str]] = frozenset()
+
+    #: Which peer this base stands in for (the old keys of one app are cached per peer).
+    compat_family: ClassVar[str] = ""
+    #: The native options on_bound set from the peer's (a subclass re-translates its own).
+    _compat_translated: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def on_bound(cls, app: Celery) -> None:
+        source = source_task(str(cls.name or cls.__name__))
+        translated = dict(cls.compat_options(app, source))
+        translated.setdefault("lock_on", "enqueue")
+        done: set[str] = set(cls.__dict__.get("_compat_translated", ()))
+        for name, value in translated.items():
+            # A native option given on the task itself wins over the translated one.
+            if name in cls.__dict__ and name not in done:
+                continue
+            setattr(cls, name, value)
+            done.add(name)
+        cls._compat_translated = frozenset(done)
+        cls._adopt_url(app)
+        super().on_bound(app)
+
+    @classmethod
+    def compat_options(cls, app: Celery, source: str) -> Mapping[str, Any]:
+        """The native options the peer's options on this task (and its app settings) mean."""
+        raise NotImplementedError
+
+    @classmethod
+    def peer_url(cls, app: Celery) -> str | None:
+        """The Redis URL the peer's settings name, if any."""
+        raise NotImplementedError
+
+    @classmethod
+    def _adopt_url(cls, app: Celery) -> None:
+        # The locks go where the peer's locks went unless redislock_url says otherwise (a
+        # project on RabbitMQ named its lock Redis only in the peer's settings).
+        url = cls.peer_url(app)
+        if url is None or app.conf.get("redislock_url"):
+            return
+        # Set as if configured (add_defaults would lose to an explicit None), so the first
+        # peer setting adopted stays and redislock_url's resolution sees one value.
+        app.conf["redislock_url"] = url
+        reset_runtime(app)  # a runtime made before this saw no URL
+
+    # -- the transition: old-format keys -------------------------------------------------------
+
+    def legacy(self) -> Legacy | None:
+        """The old library's Redis when ``redislock_compat_legacy_keys`` is on, else None."""
+        app = self.app
+        cached = _legacy.setdefault(app, {})
+        if self.compat_family not in cached:
+            enabled = app.conf.get(LEGACY_SETTING, False)
+            if not isinstance(enabled, bool):
+                problem = f"must be True or False, got {enabled!r}"
+                raise OptionError(LEGACY_SETTING, "app configuration", problem)
+            url = type(self).peer_url(app) or runtime_for(app).settings.url
+            cached[self.compat_family] = Legacy(url) if enabled else None
+        return cached[self.compat_family]
+
+    def legacy_key(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+        """The key the old library locked this call under (None: it could not have sent it)."""
+        raise NotImplementedError
+
+    def legacy_holder(self) -> str | None:
+        """What the old library stored as the value of the running task's key, if it says whose."""
+        return None
+
+    def legacy_clear_before_run(self) -> bool:
+        """Whether the old library cleared its key before the body (else after it)."""
+        return False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        legacy = None if self.request.called_directly else self.legacy()
+        # A message a new producer sent carries the new key and took no old one; one without
+        # it came from an old producer, whose old key this run must clear as the old worker did.
+        if legacy is None or getattr(self.request, KEY_HEADER, None):
+            return super().__call__(*args, **kwargs)
+        old = self.legacy_key(args, kwargs)
+        if old is not None and self.legacy_clear_before_run():
+            self._clear_legacy(legacy, old)
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            if old is not None and not self.legacy_clear_before_run():
+                self._clear_legacy(legacy, old)
+
+    def _clear_legacy(self, legacy: Legacy, key: str) -> None:
+        try:
+            legacy.delete(key, self.legacy_holder())
+        except redis.RedisError as exc:
+            logger.warning(
+                "Could not clear the old lock %s of %s[%s]: %r", key, self.name, self.request.id, exc
+            )
+
+    def legacy_refusal(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Refusal | None:
+        """A refusal when the old library holds this call's old key (the transition)."""
+        legacy = self.legacy()
+        old = None if legacy is None else self.legacy_key(args, kwargs)
+        if legacy is None or old is None:
+            return None
+        info = legacy.info(old)
+        if info.holder is None:
+            return None
+        return Refusal(old, self.legacy_holder_task_id(info.holder), info.holder, info.ttl_ms)
+
+    def legacy_holder_task_id(self, value: str) -> str:
+        """The task id an old key's value names ("" when it names none: celery-once's token)."""
+        return ""
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def send(
+        self, args: Any, kwargs: Any, task_id: str | None, rest: tuple[Any, ...], options: dict[str, Any]
+    ) -> tuple[Any, Refusal | None]:
+        """Send as SingletonTask does; returns ``(result, None)``, or ``(holder's result, refusal)``
+        when the enqueue lock (or, in the transition, the old key) refused the call."""
+        call_args, call_kwargs = tuple(args or ()), dict(kwargs or {})
+        refusal = self.legacy_refusal(call_args, call_kwargs)
+        if refusal is not None:
+            return self.AsyncResult(refusal.holder_task_id) if refusal.holder_task_id else None, refusal
+        task_id = task_id or uuid()
+        result = super().apply_async(args, kwargs, task_id, *rest, **options)
+        if result is None or result.id == task_id:
+            return result, None
+        # SingletonTask answers a refused send with the holder's AsyncResult: say why.
+        runtime = runtime_for(self.app)
+        queue = options.get("queue")
+        plan = runtime.plan(self, getattr(queue, "name", queue) if queue is not None else None)
+        key = plan.key(self, call_args, call_kwargs)
+        info = runtime.engine.inspect([key])[0]
+        return result, Refusal(key, str(result.id), info.holder, info.ttl_ms)
+
+
+#: Per app and peer: the old library's Redis when the transition setting is on, else None.
+_legacy: weakref.WeakKeyDictionary[Celery, dict[str, Legacy | None]] = weakref.WeakKeyDictionary()
+
+
+def signature_arguments(task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The call's arguments by name, without defaults, as the peers bound them (None: they do
+    not fit the signature, so the old library could not have sent the call)."""
+    func: Callable[..., Any] = run_function(type(task))
+    try:
+        return dict(inspect.signature(func).bind(*args, **kwargs).arguments)
+    except TypeError:
+        return None

@@ -1,0 +1,187 @@
+"""``Singleton``, ``DuplicateTaskError`` and ``clear_locks``: celery-singleton's task base, on
+this package's renewed lock."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from importlib import import_module
+from typing import Any, ClassVar
+
+import redis
+from celery import Celery
+
+from .. import errors
+from ..cli import _glob_escape, _held_locks
+from ..errors import OptionError
+from ..runtime import QUEUED_SUFFIX, runtime_for
+from ._common import CompatTask, Legacy, flag, lock_key_of, seconds, signature_arguments
+
+__all__ = ["DuplicateTaskError", "Singleton", "clear_locks", "legacy_singleton_key"]
+
+REDIS_BACKEND = "celery_singleton.backends.redis.RedisBackend"
+_APP = "app configuration"
+#: celery-singleton's default key prefix.
+DEFAULT_PREFIX = "SINGLETONLOCK_"
+#: Holder ids of locks no execution holds: taken at enqueue, or handed over to a retry.
+_NOT_RUNNING = (QUEUED_SUFFIX, "@handover")
+
+
+class DuplicateTaskError(errors.DuplicateTaskError):
+    """A call refused at send with ``raise_on_duplicate`` (celery-singleton's exception):
+    ``task_id`` is the task id of the queued or running original, as there."""
+
+    def __str__(self) -> str:
+        return (
+            f"Attempted to queue a duplicate of task ID {self.task_id}: {self.key} is held by {self.holder}"
+        )
+
+
+def _conf(app: Celery, name: str, default: Any = None) -> Any:
+    value = app.conf.get(name)
+    return default if value is None else value
+
+
+def _check_backend(app: Celery) -> None:
+    backend = _conf(app, "singleton_backend_class", REDIS_BACKEND)
+    name = backend if isinstance(backend, str) else f"{backend.__module__}.{backend.__qualname__}"
+    if name != REDIS_BACKEND:
+        raise OptionError(
+            "singleton_backend_class",
+            _APP,
+            f"{name!r} is not supported: celery_redislock keeps its locks in Redis (leave it unset)",
+        )
+    if _conf(app, "singleton_backend_kwargs", {}):
+        raise OptionError(
+            "singleton_backend_kwargs",
+            _APP,
+            "is not supported: put the connection options in the URL (redislock_url)",
+        )
+
+
+class Singleton(CompatTask):
+    """celery-singleton's ``Singleton``: ``unique_on``, ``raise_on_duplicate``, ``lock_expiry``
+    and the ``singleton_*`` app settings. A duplicate returns the original's ``AsyncResult``,
+    or raises :class:`DuplicateTaskError` with ``raise_on_duplicate``."""
+
+    abstract = True
+    unique_on: ClassVar[Any] = None
+    raise_on_duplicate: ClassVar[bool | None] = None
+    lock_expiry: ClassVar[float | None] = None
+    redislock_consumed_options: ClassVar[frozenset[str]] = frozenset(
+        {"unique_on", "raise_on_duplicate", "lock_expiry"}
+    )
+    compat_family: ClassVar[str] = "singleton"
+
+    @classmethod
+    def compat_options(cls, app: Celery, source: str) -> Mapping[str, Any]:
+        _check_backend(app)
+        if cls.raise_on_duplicate is not None:
+            flag(cls.raise_on_duplicate, "raise_on_duplicate", source)
+        native: dict[str, Any] = {"lock_key": lock_key_of(cls.unique_on, "unique_on", source)}
+        expiry = cls.lock_expiry if cls.lock_expiry is not None else app.conf.get("singleton_lock_expiry")
+        if expiry is not None:
+            # The TTL while queued; while it runs the lock is renewed (lock_timeout).
+            native["queued_timeout"] = seconds(expiry, "lock_expiry", source)
+        return native
+
+    @classmethod
+    def peer_url(cls, app: Celery) -> str | None:
+        # celery-singleton's order: its own setting, a redis:// result backend, the broker
+        # (the last is the native default anyway).
+        url = app.conf.get("singleton_backend_url")
+        if url:
+            return str(url)
+        backend = app.conf.get("result_backend")
+        return backend if isinstance(backend, str) and backend.startswith("redis://") else None
+
+    def raises_on_duplicate(self) -> bool:
+        if self.raise_on_duplicate is not None:
+            return self.raise_on_duplicate
+        return flag(
+            _conf(self.app, "singleton_raise_on_duplicate", False), "singleton_raise_on_duplicate", _APP
+        )
+
+    def apply_async(
+        self, args: Any = None, kwargs: Any = None, task_id: str | None = None, *rest: Any, **options: Any
+    ) -> Any:
+        """Send the task unless the same call is queued or running: then return that one's
+        ``AsyncResult``, or raise DuplicateTaskError with ``raise_on_duplicate``."""
+        result, refusal = self.send(args, kwargs, task_id, rest, options)
+        if refusal is not None and self.raises_on_duplicate():
+            raise DuplicateTaskError(self.name, refusal.holder_task_id, refusal.key, refusal.holder or "")
+        return result
+
+    # -- the transition: celery-singleton's keys (value: the holder's task id) ---------------
+
+    def legacy_key(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+        return legacy_singleton_key(self, args, kwargs)
+
+    def legacy_holder(self) -> str | None:
+        return str(self.request.id)
+
+    def legacy_holder_task_id(self, value: str) -> str:
+        return value
+
+
+def legacy_singleton_key(task: Singleton, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+    """The key celery-singleton 0.3.1 locks a call under: ``<prefix><md5 of name + JSON of the
+    arguments>``; with ``unique_on``, the named arguments only (defaults not applied). None
+    when it could not have made one (arguments JSON cannot encode, a name it would not find)."""
+    app = task.app
+    prefix = _conf(app, "singleton_key_prefix", DEFAULT_PREFIX)
+    encoder = _conf(app, "singleton_json_encoder_class")  # celery-singleton's unreleased setting
+    if isinstance(encoder, str):
+        module, _, name = encoder.rpartition(".")
+        encoder = getattr(import_module(module), name)
+    unique_on = [task.unique_on] if isinstance(task.unique_on, str) else task.unique_on
+    try:
+        if unique_on:  # 0.3.1: an empty list is falsy, so every argument
+            bound = signature_arguments(task, args, kwargs)
+            if bound is None:
+                return None
+            args, kwargs = [], {name: bound[name] for name in unique_on}
+        text = json.dumps(list(args or []), sort_keys=True, cls=encoder) + json.dumps(
+            dict(kwargs or {}), sort_keys=True, cls=encoder
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    return str(prefix) + hashlib.md5((task.name + text).encode()).hexdigest()
+
+
+def clear_locks(app: Celery) -> int:
+    """Remove the locks of the app's ``Singleton`` tasks that no execution holds (taken at
+    enqueue and not started yet, or handed over to a retry), and celery-singleton's own
+    (``singleton_key_prefix``) keys; never a lock a running execution holds: a live worker
+    renews it, and a dead one's expires within its lock_timeout. Returns how many went.
+
+    As in celery-singleton, a call sent after this while a cleared one is still queued is
+    sent again: it runs after it, or is skipped at execution if they meet.
+    """
+    runtime = runtime_for(app)
+    engine = runtime.engine
+    removed = 0
+    names = sorted({task.name for task in app.tasks.values() if isinstance(task, Singleton)})
+    for name in names:
+        for lock in list(_held_locks(runtime, name)):
+            if lock.holder.endswith(_NOT_RUNNING) and engine.release(
+                lock.key, lock.holder, notify=runtime.release_channel(lock.key)
+            ):
+                removed += 1
+    return removed + _clear_legacy(app)
+
+
+def _clear_legacy(app: Celery) -> int:
+    """Delete celery-singleton's keys (``<prefix>*``), as its clear_locks did."""
+    url = Singleton.peer_url(app) or runtime_for(app).settings.url
+    prefix = str(_conf(app, "singleton_key_prefix", DEFAULT_PREFIX))
+    client = Legacy(url).engine.client
+    removed = 0
+    try:
+        for key in client.scan_iter(match=_glob_escape(prefix) + "*", count=1000):
+            removed += int(client.delete(key))
+    finally:
+        if isinstance(client, redis.Redis):
+            client.close()
+    return removed

@@ -1,0 +1,166 @@
+"""``lock_until="started"``: unique while queued only, on real prefork workers and a real redis-server.
+
+The sending side takes the enqueue lock (``lock_on="enqueue"``); the worker that starts the task
+releases that task's own ``{task id}@queued`` lock and runs the body unlocked, so one more
+identical call can be queued while it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from celery_redislock import LockUnavailableError, OptionError, SingletonTask
+from celery_redislock.testing import RedisServer
+
+from .conftest import WorkerProcess, lock_keys, open_gate, poll, wait_started, worker_module
+
+NAME = "until.started"
+
+TASK = """
+@app.task(base=SingletonTask, bind=True, name={name!r}, lock_on="enqueue", lock_until="started",
+          on_redis_error={policy!r}, retry_countdown=0.2)
+def started(self, tag):
+    # What the lock database holds when the body begins (the test reads it after the run).
+    try:
+        held = len(list(locks.scan_iter("redislock:*")))
+    except redis.RedisError:  # on_redis_error="run": the lock Redis is down
+        held = -1
+    coord.rpush("locks-at-start:" + tag, held)
+    coord.rpush("ran:" + tag, self.request.id)
+    return hold(self, tag)
+
+
+locks = redis.Redis.from_url({locks!r})
+"""
+
+
+def sender(app: Celery, policy: str = "retry") -> Any:
+    """The task as the caller declares it: its apply_async takes the enqueue lock."""
+
+    @app.task(
+        base=SingletonTask,
+        shared=False,
+        bind=True,
+        name=NAME,
+        lock_on="enqueue",
+        lock_until="started",
+        on_redis_error=policy,
+    )
+    def started(self: Any, tag: str) -> None:
+        raise AssertionError("runs in the worker only")
+
+    return started
+
+
+def start(
+    worker_process: Callable[..., WorkerProcess], urls: dict[str, str], policy: str = "retry"
+) -> WorkerProcess:
+    source = worker_module(urls, "until", TASK.format(name=NAME, policy=policy, locks=urls["locks"]))
+    return worker_process(source, "-c", "1")
+
+
+def test_a_second_call_is_refused_while_queued_and_accepted_once_the_first_started(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    task = sender(make_app())
+    first = task.delay("a")
+    assert task.delay("a").id == first.id  # queued: refused, the caller gets the original
+    [key] = lock_keys(locks)
+    assert locks.get(key) == f"{first.id}@queued".encode()
+
+    proc = start(worker_process, urls)
+    wait_started(coord, "a")
+    # The body runs without a lock: the queued lock was released as the worker started it.
+    assert coord.lrange("locks-at-start:a", 0, -1) == [b"0"]
+    assert lock_keys(locks) == []
+    second = task.delay("a")  # accepted while the first runs
+    assert second.id != first.id
+    assert task.delay("a").id == second.id  # and that one is unique while queued in turn
+    assert locks.get(key) == f"{second.id}@queued".encode()
+
+    open_gate(coord, "a")
+    assert first.get(timeout=15) == "done a"
+    assert second.get(timeout=15) == "done a"
+    assert coord.lrange("ran:a", 0, -1) == [first.id.encode(), second.id.encode()]
+    assert lock_keys(locks) == []
+    assert "Not sending duplicate" not in proc.log()
+
+
+def test_only_the_task_s_own_queued_lock_is_released(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    task = sender(make_app())
+    first = task.delay("b")
+    [key] = lock_keys(locks)
+    # The first's queued lock expired and another call's lock took the key meanwhile.
+    locks.set(key, "other-task@queued", px=60_000)
+    start(worker_process, urls)
+    wait_started(coord, "b")
+    assert locks.get(key) == b"other-task@queued"  # compare-and-delete: not ours, left alone
+    open_gate(coord, "b")
+    assert first.get(timeout=15) == "done b"
+    assert locks.get(key) == b"other-task@queued"
+
+
+@pytest.fixture
+def lock_server() -> Iterator[RedisServer]:
+    """A lock Redis of its own, which a test stops while the broker stays up."""
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.mark.parametrize("policy", ["retry", "run", "fail"])
+def test_redis_unreachable_at_start_follows_on_redis_error(
+    policy: str,
+    urls: dict[str, str],
+    coord: redis.Redis,
+    lock_server: RedisServer,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    own = {**urls, "locks": lock_server.url}
+    task = sender(make_app(redislock_url=lock_server.url), policy)
+    result = task.delay("c")
+    lock_server.stop()  # the queued lock is taken; the worker cannot reach Redis to release it
+    proc = start(worker_process, own, policy)
+    tag = "c"
+    if policy == "fail":
+        with pytest.raises(LockUnavailableError):
+            result.get(timeout=15)
+        assert coord.lrange("ran:" + tag, 0, -1) == []
+        return
+    if policy == "retry":
+        assert poll(lambda: f"Retrying {NAME}[{result.id}]" in proc.log(), 15), proc.log()
+        assert coord.lrange("ran:" + tag, 0, -1) == []  # not run while Redis is down
+        lock_server.start()
+    open_gate(coord, tag)
+    assert result.get(timeout=30) == "done c"
+    assert coord.lrange("ran:" + tag, 0, -1) == [result.id.encode()]  # once
+    if policy == "run":
+        assert f"Running {NAME}[{result.id}] without its lock" in proc.log()
+
+
+def test_lock_until_started_needs_lock_on_enqueue(make_app: Callable[..., Celery]) -> None:
+    app = make_app()
+    with pytest.raises(OptionError) as caught:
+
+        @app.task(base=SingletonTask, shared=False, name="until.bad", lock_on="execute", lock_until="started")
+        def bad() -> None: ...
+
+        assert bad.name  # a task of an app not finalized yet is bound when first used
+
+    assert str(caught.value).startswith("task 'until.bad': option 'lock_until' 'started' cannot be used with")
+    assert "lock_on='execute'" in str(caught.value)
