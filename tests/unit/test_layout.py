@@ -27,6 +27,6 @@ def test_the_old_testing_module_still_works_and_says_where_it_moved() -> None:
     from celery_redislock.contrib.testing import RedisServer
 
     with pytest.warns(DeprecationWarning, match="import it from celery_redislock.contrib.testing"):
-        from celery_redislock.contrib.testing import RedisServer as old
+        from celery_redislock.testing import RedisServer as old
 
     assert old is RedisServer
