@@ -55,6 +55,11 @@ def consumed_queue(
     return str(routing_key) if routing_key in matches else str(matches[0])
 
 
+#: The requests this worker has received and still holds, by task id: the hard time limit's
+#: task_failure comes without the request, whose headers may carry the key.
+_received: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+
 @signals.task_received.connect(weak=False)
 def _tag_queue(sender: Any = None, request: Any = None, **_: Any) -> None:
     # Runs in the consumer (the parent of prefork children): the request dict is what the
@@ -70,11 +75,6 @@ def _tag_queue(sender: Any = None, request: Any = None, **_: Any) -> None:
     delivery_info = getattr(message, "delivery_info", None) or request.delivery_info or {}
     request.request_dict[QUEUE_FIELD] = consumed_queue(delivery_info, queues, tags)
     _received[request.id] = request
-
-
-#: The requests this worker has received and still holds, by task id: the hard time limit's
-#: task_failure comes without the request, whose headers may carry the key.
-_received: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 
 
 def _lock_key(task: SingletonTask, context: Any) -> str:
