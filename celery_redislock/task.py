@@ -26,11 +26,12 @@ from .runtime import (
     any_delivery_prefix,
     handover_id,
     holder_id,
-    holder_prefix,
+    local_pid,
     process_alive,
     queued_id,
     run_function,
     runtime_for,
+    seconds_until,
     task_id_of,
     task_options,
 )
@@ -113,8 +114,10 @@ class SingletonTask(Task[Any, Any]):
             return super().__call__(*args, **kwargs)
         runtime = runtime_for(self.app)
         plan = runtime.plan(self, getattr(self.request, "redislock_queue", None))
-        # A task locked at enqueue carries its key: JSON may have changed its arguments' types.
+        # A task locked at enqueue (or re-published) carries its key: JSON may have changed its
+        # arguments' types since. Kept on the request, so a retry carries it on.
         key = getattr(self.request, KEY_HEADER, None) or plan.key(self, args, kwargs)
+        setattr(self.request, KEY_HEADER, key)
         if plan.options.lock_until == "started":
             self._release_queued(runtime, plan.options, key)
             return self.run(*args, **kwargs)
@@ -215,12 +218,11 @@ class SingletonTask(Task[Any, Any]):
         )
 
     def _held_by_dead_delivery(self, holder: str) -> bool:
-        """True when ``holder`` is this task id, on this worker node, in a process that is gone."""
-        prefix = holder_prefix(self._task_id, self.request.hostname)
-        if not holder.startswith(prefix):
-            return False
-        pid = holder[len(prefix) :].split(":", 1)[0]
-        return pid.isdigit() and not process_alive(int(pid))
+        """True when ``holder`` is this task id, taken by a process of this very worker instance
+        (so its pid is one this process can see) that is gone. A holder of another instance with
+        the same node name (another host or container) is never judged by its pid."""
+        pid = local_pid(holder, self._task_id, self.request.hostname)
+        return pid is not None and not process_alive(pid)
 
     def _try_acquire(self, runtime: Runtime, options: LockOptions, key: str, holder: str) -> AcquireResult:
         # An execution takes over its own hand-over (a retry) and any lock taken at enqueue.
@@ -386,8 +388,9 @@ class SingletonTask(Task[Any, Any]):
             # it now and the queued lock lapses after queued_timeout.
             self._on_redis_error(runtime, options, key, exc)
 
-    def _release_held(self, handover_ttl_ms: int | None = None) -> None:
-        """Release the execution's lock, or hand it over to the next run of this task id."""
+    def _release_held(self, hand_to: tuple[str, int] | None = None) -> None:
+        """Release the execution's lock, or hand it (``(holder id, TTL ms)``) to the next run
+        of this task id."""
         held: _Held | None = getattr(self.request, "redislock_held", None)
         if held is None:
             return
@@ -395,10 +398,8 @@ class SingletonTask(Task[Any, Any]):
         engine, lease = held.engine, held.lease
         get_renewer().discard(engine, lease)
         try:
-            if handover_ttl_ms is not None:  # a lock (a semaphore's slot is never handed over)
-                held.runtime.engine.transfer(
-                    lease.key, lease.holder, handover_id(self._task_id), handover_ttl_ms
-                )
+            if hand_to is not None:  # a lock (a semaphore's slot is never handed over)
+                held.runtime.engine.transfer(lease.key, lease.holder, *hand_to)
             elif engine.release(lease.key, lease.holder, notify=held.runtime.release_channel(lease.key)):
                 counters.incr("released")
             else:
@@ -425,26 +426,48 @@ class SingletonTask(Task[Any, Any]):
         max_retries: int | None = None,
         **options: Any,
     ) -> Any:
-        # The retry message is published inside super().retry(): free (or hand over) the
-        # lock first, or the retried run could arrive while this one still holds it.
+        # The retry message carries the key this execution used (never one recomputed from
+        # arguments JSON has changed), and is published inside super().retry(): the lock is
+        # freed or handed over first, or the retried run could arrive while this one holds it.
+        key = getattr(self.request, KEY_HEADER, None)
+        if key:
+            inherited = {**(self.request.headers or {}), **(options.get("headers") or {})}
+            options["headers"] = {**inherited, KEY_HEADER: key}
         held: _Held | None = getattr(self.request, "redislock_held", None)
-        if held is None or held.options.release_on_retry:
-            self._release_held()
-            return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
-        delay = countdown if countdown is not None else self.default_retry_delay or 0
-        self._release_held(handover_ttl_ms=held.options.timeout_ms + int(delay * 1000))
+        hand_to = None if held is None else self._retry_hand_to(held.options, eta, countdown)
+        self._release_held(hand_to)
         try:
             return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
         except Retry:
             raise
         except BaseException:
             # No retry was sent (out of retries, publish failed): nobody will take it over.
-            self._release_handover(held)
+            if held is not None and hand_to is not None:
+                self._release_hand_over(held, hand_to[0])
             raise
 
-    def _release_handover(self, held: _Held) -> None:
+    def _retry_hand_to(
+        self, options: LockOptions, eta: Any, countdown: float | None
+    ) -> tuple[str, int] | None:
+        """Whom a retry hands the lock to, for how long; None: released.
+
+        ``release_on_retry=False``: to ``{id}@handover``, which only this task id takes over.
+        A task locked at enqueue: to ``{id}@queued``, as the retry's message is queued again,
+        atomically, so no other call slips in between a release and a re-acquire. Either lives
+        until the retry is due, plus the usual TTL."""
+        queued_again = options.lock_on == "enqueue" and not self.request.is_eager  # eager: no queue
+        if options.max_concurrency > 1 or (options.release_on_retry and not queued_again):
+            return None
+        if countdown is None and not eta:
+            countdown = self.default_retry_delay  # what Celery's retry() falls back to
+        delay_ms = int(seconds_until(countdown, eta, self.app.timezone) * 1000)
+        if not options.release_on_retry:
+            return handover_id(self._task_id), options.timeout_ms + delay_ms
+        return queued_id(self._task_id), options.queued_timeout_ms + delay_ms
+
+    def _release_hand_over(self, held: _Held, hand_to: str) -> None:
         try:
-            held.runtime.engine.release(held.lease.key, handover_id(self._task_id))
+            held.runtime.engine.release(held.lease.key, hand_to)
         except redis.RedisError as exc:
             logger.warning("Could not release lock %s: %r; it expires on its TTL", held.lease.key, exc)
 
@@ -458,8 +481,12 @@ class SingletonTask(Task[Any, Any]):
         *rest: Any,
         **options: Any,
     ) -> Any:
-        """With ``lock_on="enqueue"``, take the lock before publishing: a call whose key is
-        already queued or running publishes nothing and returns the holder's AsyncResult."""
+        """With ``lock_on="enqueue"``, take the lock before publishing: a new call whose key is
+        already queued or running publishes nothing and returns the holder's AsyncResult.
+
+        A message whose task id is given (a retry, a re-queued copy, a canvas member, a caller's
+        own id) is already promised to someone waiting on that id: it is always published,
+        with the lock if free, else unlocked, and its worker deals with the duplicate."""
         if not self._may_lock_at_enqueue() or self.app.conf.task_always_eager or rest:
             # Most tasks lock at execution: sending them needs no lock settings, no Redis.
             return super().apply_async(args, kwargs, task_id, *rest, **options)
@@ -467,25 +494,48 @@ class SingletonTask(Task[Any, Any]):
         queue_name = getattr(queue, "name", queue)
         runtime = runtime_for(self.app)
         plan = runtime.plan(self, queue_name if isinstance(queue_name, str) else None)
-        if plan.options.lock_on != "enqueue" or self.app.conf.task_always_eager or rest:
-            return super().apply_async(args, kwargs, task_id, *rest, **options)
+        if plan.options.lock_on != "enqueue":
+            return super().apply_async(args, kwargs, task_id, **options)
+        # A re-published message keeps the key it was locked under (JSON may have changed its
+        # arguments' types since); a new one is keyed here, and carries the key to its worker.
+        headers = {**(options.pop("headers", None) or {})}
+        key = headers.get(KEY_HEADER) or plan.key(self, tuple(args or ()), dict(kwargs or {}))
+        headers[KEY_HEADER] = key
+        new_call = task_id is None
         task_id = task_id or uuid()
-        key = plan.key(self, tuple(args or ()), dict(kwargs or {}))
         queued = queued_id(task_id)
+        delay = seconds_until(options.get("countdown"), options.get("eta"), self.app.timezone)
+        ttl_ms = plan.options.queued_timeout_ms + int(delay * 1000)
         try:
-            result = runtime.engine.acquire(key, queued, plan.options.queued_timeout_ms, handover_id(task_id))
+            # Takes the key, or re-enters this task id's own queued lock (a retry's).
+            result = runtime.engine.acquire(key, queued, ttl_ms)
         except redis.RedisError as exc:
-            return self._enqueue_unlocked(runtime, plan.options, key, task_id, exc, args, kwargs, options)
-        if not result.acquired:
-            logger.info("Not sending duplicate %s: %s is held by %s", self.name, key, result.holder)
-            return self.AsyncResult(task_id_of(result.holder))
-        headers = {**(options.pop("headers", None) or {}), KEY_HEADER: key}
+            return self._enqueue_unlocked(
+                runtime, plan.options, key, task_id, exc, args, kwargs, headers, options
+            )
+        if not result.acquired and new_call:
+            return self._refused_at_send(key, result.holder)
+        if not result.acquired and task_id_of(result.holder) != task_id:
+            logger.info(
+                "Sending %s[%s] unlocked: %s is held by %s, and a message with a given task id is "
+                "never dropped; its worker handles the duplicate",
+                self.name,
+                task_id,
+                key,
+                result.holder,
+            )
         try:
             return super().apply_async(args, kwargs, task_id, headers=headers, **options)
         except BaseException:
-            # Nothing was sent: nobody will take the lock over.
-            runtime.engine.release(key, queued)
+            if result.acquired:  # nothing was sent: nobody will take the lock over
+                runtime.engine.release(key, queued)
             raise
+
+    def _refused_at_send(self, key: str, holder: str) -> Any:
+        """A new call whose key is held: nothing is published, the caller gets the holder's
+        result (a subclass may answer otherwise: the compat bases raise)."""
+        logger.info("Not sending duplicate %s: %s is held by %s", self.name, key, holder)
+        return self.AsyncResult(task_id_of(holder))
 
     def _may_lock_at_enqueue(self) -> bool:
         """False when no layer can make this task lock at enqueue (the resolved plan decides
@@ -505,6 +555,7 @@ class SingletonTask(Task[Any, Any]):
         exc: redis.RedisError,
         args: Any,
         kwargs: Any,
+        headers: dict[str, Any],
         send_options: dict[str, Any],
     ) -> Any:
         counters.incr("redis_errors")
@@ -519,4 +570,4 @@ class SingletonTask(Task[Any, Any]):
             url,
             exc,
         )
-        return super().apply_async(args, kwargs, task_id, **send_options)
+        return super().apply_async(args, kwargs, task_id, headers=headers, **send_options)

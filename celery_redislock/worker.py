@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -14,9 +15,9 @@ from celery import Celery, signals
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 
 from .renewal import get_renewer
-from .runtime import holder_prefix, runtime_for
+from .runtime import handover_id, holder_prefix, queued_id, runtime_for
 from .stats import counters
-from .task import SingletonTask
+from .task import KEY_HEADER, SingletonTask
 
 __all__ = ["consumed_queue"]
 
@@ -54,6 +55,11 @@ def consumed_queue(
     return str(routing_key) if routing_key in matches else str(matches[0])
 
 
+#: The requests this worker has received and still holds, by task id: the hard time limit's
+#: task_failure comes without the request, whose headers may carry the key.
+_received: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+
 @signals.task_received.connect(weak=False)
 def _tag_queue(sender: Any = None, request: Any = None, **_: Any) -> None:
     # Runs in the consumer (the parent of prefork children): the request dict is what the
@@ -68,6 +74,17 @@ def _tag_queue(sender: Any = None, request: Any = None, **_: Any) -> None:
     message = getattr(request, "message", None)
     delivery_info = getattr(message, "delivery_info", None) or request.delivery_info or {}
     request.request_dict[QUEUE_FIELD] = consumed_queue(delivery_info, queues, tags)
+    _received[request.id] = request
+
+
+def _lock_key(task: SingletonTask, context: Any) -> str:
+    """The key a request's execution locks: the one its message carries, else computed from its
+    arguments as the execution did."""
+    carried = getattr(context, KEY_HEADER, None)
+    if isinstance(carried, str) and carried:
+        return carried
+    plan = runtime_for(task.app).plan(task, getattr(context, QUEUE_FIELD, None))
+    return plan.key(task, context.args or (), context.kwargs or {})
 
 
 @signals.worker_init.connect(weak=False)
@@ -82,7 +99,7 @@ def _release_for(task: SingletonTask, context: Any, why: str) -> None:
     try:
         runtime = runtime_for(task.app)
         plan = runtime.plan(task, getattr(context, QUEUE_FIELD, None))
-        key = plan.key(task, context.args or (), context.kwargs or {})
+        key = _lock_key(task, context)
         prefix = holder_prefix(str(context.id), context.hostname)
         engine = runtime.engine_for(plan.options)  # a lock, or a semaphore's slots
         if engine.release_holder_prefix(key, prefix, notify=runtime.release_channel(key)):
@@ -118,15 +135,50 @@ def _release_dead_child(
     if isinstance(exception, WorkerLostError):
         _release_for(sender, sender.request, "its worker process died")
     elif isinstance(exception, TimeLimitExceeded):
-        # Celery sends this one without the request's context: rebuild what the key needs.
-        context = SimpleNamespace(id=task_id, hostname=_node["name"], args=args, kwargs=kwargs)
+        # Celery sends this one without the request's context: find the request by its id, or
+        # rebuild what the key needs.
+        received = _received.get(str(task_id))
+        context = (
+            received._context
+            if received is not None
+            else SimpleNamespace(id=task_id, hostname=_node["name"], args=args, kwargs=kwargs)
+        )
         _release_for(sender, context, "it was killed at its hard time limit")
 
 
 @signals.task_revoked.connect(weak=False)
 def _release_terminated(sender: Any = None, request: Any = None, terminated: bool = False, **_: Any) -> None:
-    if terminated and isinstance(sender, SingletonTask) and request is not None:
+    if not isinstance(sender, SingletonTask) or request is None:
+        return
+    if terminated:
         _release_for(sender, request, "it was revoked and terminated")
+    else:
+        _release_discarded(sender, request)
+
+
+def _release_discarded(task: SingletonTask, request: Any) -> None:
+    """A message Celery discards unrun (expired, or revoked before it ran): free the lock kept
+    for it, taken at enqueue (``{id}@queued``) or handed over by its previous run
+    (``{id}@handover``), instead of leaving it for its TTL. Only messages carrying their key
+    have one; any other holder (a delivery running elsewhere) is left alone."""
+    key = getattr(request, KEY_HEADER, None)
+    if not isinstance(key, str) or not key:
+        return
+    task_id = str(request.id)
+    try:
+        runtime = runtime_for(task.app)
+        for holder in (queued_id(task_id), handover_id(task_id)):
+            if runtime.engine.release(key, holder, notify=runtime.release_channel(key)):
+                counters.incr("released")
+                logger.info("Released lock %s of discarded %s[%s] (%s)", key, task.name, task_id, holder)
+    except redis.RedisError as exc:
+        counters.incr("redis_errors")
+        logger.warning(
+            "Could not release the lock of discarded %s[%s]: %r; it expires on its TTL",
+            task.name,
+            task_id,
+            exc,
+        )
 
 
 # This worker's node name (celery@host), for releases whose signal carries no request context.

@@ -12,12 +12,11 @@ from typing import Any, ClassVar
 
 import redis
 from celery import Celery
-from celery.utils import uuid
 
 from ..engine import LockEngine, LockInfo, make_engine
 from ..errors import OptionError
 from ..options import check_argument, source_task
-from ..runtime import SOCKET_TIMEOUT, reset_runtime, run_function, runtime_for
+from ..runtime import SOCKET_TIMEOUT, reset_runtime, run_function, runtime_for, task_id_of
 from ..task import KEY_HEADER, SingletonTask
 from ..urls import make_client, resolve_redis_url
 
@@ -228,17 +227,25 @@ class CompatTask(SingletonTask):
         refusal = self.legacy_refusal(call_args, call_kwargs)
         if refusal is not None:
             return self.AsyncResult(refusal.holder_task_id) if refusal.holder_task_id else None, refusal
-        task_id = task_id or uuid()
-        result = super().apply_async(args, kwargs, task_id, *rest, **options)
-        if result is None or result.id == task_id:
-            return result, None
-        # SingletonTask answers a refused send with the holder's AsyncResult: say why.
-        runtime = runtime_for(self.app)
-        queue = options.get("queue")
-        plan = runtime.plan(self, getattr(queue, "name", queue) if queue is not None else None)
-        key = plan.key(self, call_args, call_kwargs)
-        info = runtime.engine.inspect([key])[0]
-        return result, Refusal(key, str(result.id), info.holder, info.ttl_ms)
+        try:
+            return super().apply_async(args, kwargs, task_id, *rest, **options), None
+        except _Refused as refused:
+            # Only a new call is refused (a given task id is always published): say why.
+            info = runtime_for(self.app).engine.inspect([refused.key])[0]
+            result = self.AsyncResult(task_id_of(refused.holder))
+            return result, Refusal(refused.key, result.id, info.holder, info.ttl_ms)
+
+    def _refused_at_send(self, key: str, holder: str) -> Any:
+        raise _Refused(key, holder)
+
+
+class _Refused(Exception):
+    """Internal: SingletonTask refused a send; carried up to ``CompatTask.send``."""
+
+    def __init__(self, key: str, holder: str) -> None:
+        super().__init__(key, holder)
+        self.key = key
+        self.holder = holder
 
 
 #: Per app and peer: the old library's Redis when the transition setting is on, else None.

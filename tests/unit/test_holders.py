@@ -1,0 +1,56 @@
+"""Holder ids: built and parsed back, whatever the task id and the node name contain."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from celery_redislock.runtime import (
+    BOOT_ID,
+    any_delivery_prefix,
+    handover_id,
+    holder_id,
+    local_pid,
+    queued_id,
+    seconds_until,
+    task_id_of,
+)
+
+TASK_IDS = ["3f2c1a9e-5b7d-4e0f-9a61-2d8c4b7e1f03", "job@42", "a@b@c", "%40", "100%", "@", "%2540@"]
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_every_holder_form_names_its_task_id(task_id: str) -> None:
+    for holder in (holder_id(task_id, "celery@host"), queued_id(task_id), handover_id(task_id)):
+        assert task_id_of(holder) == task_id
+        assert holder.startswith(any_delivery_prefix(task_id))
+
+
+def test_a_task_id_is_never_the_prefix_of_another_ones_holders() -> None:
+    # Unescaped, "a" on node "x@h" and "a@x" on node "h" would both be "a@x@h:...".
+    assert not holder_id("a@x", "h").startswith(any_delivery_prefix("a"))
+    assert not holder_id("a", "x@h").startswith(any_delivery_prefix("a@x"))
+
+
+def test_only_this_worker_instances_holders_have_a_local_pid() -> None:
+    mine = holder_id("t1", "shared@node")
+    assert mine == f"t1@shared@node:{BOOT_ID}:{os.getpid()}:{mine.rsplit(':', 1)[1]}"
+    assert local_pid(mine, "t1", "shared@node") == os.getpid()
+    # The same node name on another host (another boot id), or written before boot ids.
+    assert local_pid(f"t1@shared@node:0badc0de:{os.getpid()}:1", "t1", "shared@node") is None
+    assert local_pid(f"t1@shared@node:{os.getpid()}:1", "t1", "shared@node") is None
+    assert local_pid(mine, "t2", "shared@node") is None
+    assert local_pid(queued_id("t1"), "t1", "shared@node") is None
+
+
+def test_seconds_until_reads_countdown_and_eta_as_celery_does() -> None:
+    now = datetime.now(timezone.utc)
+    assert seconds_until(5, now + timedelta(hours=1), timezone.utc) == 5  # a countdown wins
+    assert 3590 < seconds_until(None, now + timedelta(hours=1), timezone.utc) <= 3600
+    assert 3590 < seconds_until(0, (now + timedelta(hours=1)).isoformat(), timezone.utc) <= 3600
+    naive = (now + timedelta(minutes=1)).replace(tzinfo=None)  # in the app's timezone (UTC here)
+    assert 50 < seconds_until(None, naive, timezone.utc) <= 60
+    assert seconds_until(None, now - timedelta(minutes=1), timezone.utc) == 0
+    assert seconds_until(None, None, timezone.utc) == 0
