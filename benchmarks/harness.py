@@ -27,9 +27,9 @@ from celery.result import EagerResult
 
 from celery_redislock.contrib.testing import RedisServer, WorkerProcess, counting_client
 from celery_redislock.engine import Lease, LockEngine
+from celery_redislock.holders import holder_id
 from celery_redislock.keys import digest, format_key
 from celery_redislock.renewal import Renewer
-from celery_redislock.runtime import holder_id
 
 from . import workerapp
 from .workerapp import UNAVAILABLE, VARIANTS, make_app

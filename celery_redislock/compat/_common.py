@@ -15,9 +15,11 @@ from celery import Celery
 
 from ..engine import LockEngine, LockInfo, make_engine
 from ..errors import OptionError
+from ..holders import task_id_of
+from ..keys import KEY_HEADER
 from ..options import check_argument, source_task
-from ..runtime import SOCKET_TIMEOUT, reset_runtime, run_function, runtime_for, task_id_of
-from ..task import KEY_HEADER, SingletonTask
+from ..runtime import SOCKET_TIMEOUT, reset_runtime, run_function, runtime_for
+from ..task import SingletonTask
 from ..urls import make_client, resolve_redis_url
 
 __all__ = ["LEGACY_SETTING", "CompatTask", "Legacy", "Refusal", "constant_key", "lock_key_of"]

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ...holders import process_alive as alive
 from .servers import poll
 
 __all__ = ["WorkerNotReady", "WorkerProcess", "alive", "child_pids"]
@@ -20,20 +21,6 @@ QUIET = ("--without-gossip", "--without-mingle", "--without-heartbeat")
 
 class WorkerNotReady(RuntimeError):
     """The worker exited, or did not say ``ready.`` in time; the message has its log's tail."""
-
-
-def alive(pid: int) -> bool:
-    """True if ``pid`` runs (a zombie waiting for its parent does not count)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):  # no /proc (macOS): signal 0 is all we know
-        return True
 
 
 def child_pids(pid: int) -> list[int]:
