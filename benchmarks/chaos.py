@@ -14,13 +14,11 @@ if two bodies of one key overlapped outside the window a lock-Redis restart open
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
 import re
 import signal
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -35,7 +33,7 @@ from typing import Any
 
 from celery import Celery
 
-from celery_redislock.testing import RedisServer
+from celery_redislock.contrib.testing import RedisServer, WorkerProcess
 
 WORKER_MODULE = """
 import json
@@ -91,54 +89,9 @@ class Chaos:
     restarts: list[tuple[float, float]] = field(default_factory=list)  # (down, up) of the lock Redis
 
 
-class Worker:
-    def __init__(self, workdir: Path, name: str, concurrency: int) -> None:
-        self.logfile = workdir / f"{name}.log"
-        self.process = subprocess.Popen(
-            [
-                sys.executable, "-m", "celery", "-A", "chaosapp", "worker", "-P", "prefork",
-                "-c", str(concurrency), "-n", f"{name}@chaos", "--loglevel=INFO",
-                "--without-gossip", "--without-mingle", "--without-heartbeat",
-            ],
-            cwd=workdir,
-            stdout=self.logfile.open("wb"),
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(workdir)},
-        )  # fmt: skip
-
-    def log(self) -> str:
-        return self.logfile.read_text(errors="replace")
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while " ready." not in self.log():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"worker did not start:\n{self.log()}")
-            time.sleep(0.1)
-
-    def children(self) -> list[int]:
-        out = subprocess.run(
-            ["ps", "-o", "pid=", "--ppid", str(self.process.pid)], capture_output=True, text=True
-        ).stdout
-        return [int(pid) for pid in out.split()]
-
-    def stop(self) -> None:
-        orphans = self.children()
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        for pid in orphans:  # by pid, never by name
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-
-
 def wreak_havoc(
     rng: random.Random,
-    workers: list[Worker],
+    workers: list[WorkerProcess],
     locks: RedisServer,
     chaos: Chaos,
     stop: threading.Event,
@@ -152,7 +105,7 @@ def wreak_havoc(
     while not stop.wait(min(next_kill, next_restart) - time.monotonic()):
         now = time.monotonic()
         if now >= next_kill:
-            children = rng.choice(workers).children()
+            children = rng.choice(workers).child_pids()
             if children:
                 pid = rng.choice(children)
                 try:
@@ -258,12 +211,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         source = WORKER_MODULE.format(lock_timeout=args.lock_timeout, **urls)
         (workdir / "chaosapp.py").write_text(textwrap.dedent(source))
-        workers = [Worker(workdir, f"chaos{n}", args.concurrency) for n in (1, 2)]
+        workers = [
+            WorkerProcess(
+                workdir,
+                "chaosapp",
+                ["-P", "prefork", "-c", str(args.concurrency), "-n", f"chaos{n}@chaos"],
+                logfile=workdir / f"chaos{n}.log",
+            )
+            for n in (1, 2)
+        ]
         chaos = Chaos()
         stop = threading.Event()
         try:
             for worker in workers:
-                worker.wait_ready()
+                worker.wait_ready(timeout=60)
             app = Celery("chaos-client", broker=urls["broker"], backend=urls["backend"], set_as_current=False)
             keys = [f"k{n}" for n in range(args.keys)]
             havoc = threading.Thread(

@@ -25,12 +25,11 @@ import redis
 from celery import Celery
 from celery.result import EagerResult
 
+from celery_redislock.contrib.testing import RedisServer, WorkerProcess, counting_client
 from celery_redislock.engine import Lease, LockEngine
+from celery_redislock.holders import holder_id
 from celery_redislock.keys import digest, format_key
 from celery_redislock.renewal import Renewer
-from celery_redislock.runtime import holder_id
-from celery_redislock.testing import RedisServer, counting_client
-from tests.worker.conftest import WorkerProcess
 
 from . import workerapp
 from .workerapp import UNAVAILABLE, VARIANTS, make_app

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from . import control  # noqa: F401  (importing it registers `inspect redislock_stats`)
+import warnings
+from typing import Any
+
+# Imported for what importing them does: register `inspect redislock_stats`, connect the worker
+# lifecycle handlers. Both must happen in every process that imports the package.
+from . import control, signals  # noqa: F401
 from .engine import AcquireResult, AcquireStatus, Lease, LockEngine, RenewReport
 from .errors import (
     ConfigurationError,
@@ -19,7 +24,6 @@ from .errors import (
 from .lock import RedisLock
 from .semaphore import RedisSemaphore
 from .task import SingletonTask
-from .worker import consumed_queue  # importing it connects the worker signal handlers
 
 __all__ = [
     "AcquireResult",
@@ -40,7 +44,20 @@ __all__ = [
     "RedisURLError",
     "RenewReport",
     "SingletonTask",
-    "consumed_queue",
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # Deprecated names, still there for code that imported them.
+    if name == "consumed_queue":
+        warnings.warn(
+            "celery_redislock.consumed_queue is deprecated: import it from celery_redislock.queues",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from .queues import consumed_queue
+
+        return consumed_queue
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,8 +18,8 @@ from celery.platforms import EX_FAILURE, EX_UNAVAILABLE
 from .engine import as_text
 from .errors import RedisLockError
 from .keys import parse_key
-from .options import mask_url
 from .runtime import Runtime, runtime_for
+from .urls import mask_url
 
 __all__ = ["redislock"]
 

@@ -2,6 +2,21 @@
 
 from __future__ import annotations
 
+import reprlib
+from typing import Any
+
+_repr = reprlib.Repr()
+_repr.maxstring = 60
+_repr.maxother = 60
+
+
+def short_repr(value: Any) -> str:
+    """A short repr for a message: a value from a config file may be huge or have a broken __repr__."""
+    try:
+        return _repr.repr(value)
+    except Exception:
+        return f"<{type(value).__name__} object>"
+
 
 class RedisLockError(Exception):
     """Base class of every error this package raises."""

@@ -15,6 +15,7 @@ from typing import Any, Callable, Union
 from .errors import LockKeyError, OptionError
 
 __all__ = [
+    "KEY_HEADER",
     "MAX_DEPTH",
     "KeyBuilder",
     "LockKeyFunc",
@@ -229,6 +230,12 @@ def parse_key(key: str) -> tuple[str, str, str]:
     if len(parts) != 3 or not all(parts) or len(parts[2]) != DIGEST_LENGTH or not _HEX.issuperset(parts[2]):
         raise ValueError(f"{key!r} is not a lock key of the form '<prefix>:<task name>:<digest>'")
     return parts[0], parts[1], parts[2]
+
+
+#: The message header carrying a task's lock key from where it was computed (``apply_async``
+#: of a task locked at enqueue, the first execution of any other) to every later run of that
+#: message, whose JSON-decoded arguments may no longer give the same key.
+KEY_HEADER = "redislock_key"
 
 
 def release_channel(key: str) -> str:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import threading
-import uuid
 import weakref
 from abc import ABC, abstractmethod
 from types import TracebackType
@@ -16,6 +14,7 @@ import redis
 
 from .engine import Lease, LeaseEngine, LockEngine, make_engine
 from .errors import LockAcquireError, LockError, LockNotOwnedError
+from .holders import new_holder_id
 from .keys import release_channel
 from .options import check_argument
 from .renewal import get_renewer
@@ -52,11 +51,6 @@ class PerClient(Generic[_T]):
 
 #: The lock engine of a client.
 lock_engine_for: PerClient[LockEngine] = PerClient(make_engine)
-
-
-def new_holder_id() -> str:
-    """A fresh holder id: unique, and naming the host and process for whoever reads it."""
-    return f"{uuid.uuid4().hex}@{socket.gethostname()}:{os.getpid()}"
 
 
 class HeldInRedis(ABC, Generic[_E]):

@@ -1,28 +1,19 @@
-"""Lock options and app settings: defaults, validation, resolution task > queue > app > defaults."""
+"""Lock options: the schema and its defaults, validation of one layer, resolution task > queue > app."""
 
 from __future__ import annotations
 
 import difflib
 import math
 import numbers
-import re
-import reprlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
-from types import MappingProxyType
+from dataclasses import dataclass, fields
 from typing import Any, Literal, Optional, Union, get_args
-from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from .errors import OptionError, RedisURLError
+from .errors import OptionError, short_repr
 from .keys import LockKeyFunc
 
 __all__ = [
-    "CLUSTER_PARAM",
     "OPTION_NAMES",
-    "REDIS_URL_SCHEMES",
-    "SETTING_DEFAULTS",
-    "TRANSPORT_OPTION_DEFAULTS",
-    "AppSettings",
     "LockKey",
     "LockKeyFunc",
     "LockOn",
@@ -30,17 +21,11 @@ __all__ = [
     "LockUntil",
     "OnDuplicate",
     "OnRedisError",
-    "Topology",
     "check_argument",
-    "mask_url",
-    "read_settings",
     "resolve",
-    "resolve_redis_url",
     "source_queue",
     "source_task",
-    "url_topology",
     "validate",
-    "validate_transport_options",
 ]
 
 OnDuplicate = Literal["skip", "retry", "raise", "wait"]
@@ -49,8 +34,6 @@ LockOn = Literal["execute", "enqueue"]
 LockUntil = Literal["finished", "started"]
 OnRedisError = Literal["retry", "run", "fail"]
 LockKey = Optional[Union[tuple[str, ...], LockKeyFunc]]
-#: What a lock URL names: one Redis, a master found through Sentinels, or a Redis Cluster.
-Topology = Literal["single", "sentinel", "cluster"]
 
 
 def _ms(seconds: float, minimum: int = 1) -> int:
@@ -122,17 +105,7 @@ class _Bad(Exception):
     """Internal: a value is wrong; carries the problem text OptionError puts after the name."""
 
 
-_repr = reprlib.Repr()
-_repr.maxstring = 60
-_repr.maxother = 60
-
-
-def _show(value: Any) -> str:
-    """A short repr: a value from a config file may be huge or have a broken __repr__."""
-    try:
-        return _repr.repr(value)
-    except Exception:
-        return f"<{type(value).__name__} object>"
+_show = short_repr
 
 
 def _got(value: Any, *, wrong_type: bool) -> str:
@@ -404,386 +377,3 @@ def resolve(
             f"{problem} (from {origin.get(other, 'the default')}; {option} from {origin[option]})",
         )
     return LockOptions(**merged)
-
-
-# --- app settings ---------------------------------------------------------------------------
-
-#: The celeryconfig keys of this package and their defaults; the glue passes this to
-#: ``app.conf.add_defaults`` (the one place these defaults live).
-SETTING_DEFAULTS: dict[str, Any] = {
-    "redislock_url": None,
-    "redislock_key_prefix": "redislock",
-    "redislock_options": {},
-    "redislock_queues": {},
-    # None: inherit the Sentinel options of the setting the URL came from (broker_url's
-    # broker_transport_options, result_backend's result_backend_transport_options).
-    "redislock_transport_options": None,
-}
-
-#: The transport options the lock client understands, as in ``broker_transport_options``
-#: for a ``sentinel://`` broker (kombu's names), and their defaults.
-TRANSPORT_OPTION_DEFAULTS: dict[str, Any] = {
-    #: the name of the master in the Sentinels' ``sentinel monitor`` line; required for Sentinel
-    "master_name": None,
-    #: connection arguments for the Sentinels themselves (a ``password``, say)
-    "sentinel_kwargs": None,
-    #: Sentinels that must agree a master is the master before the client uses it
-    "min_other_sentinels": 0,
-}
-
-_APP = "app configuration"
-
-
-@dataclass(frozen=True)
-class AppSettings:
-    """The validated ``redislock_*`` settings of one app; read once and cached by the glue."""
-
-    url: str
-    key_prefix: str
-    options: Mapping[str, Any]
-    queues: Mapping[str, Mapping[str, Any]]
-    #: validated transport options (``TRANSPORT_OPTION_DEFAULTS`` keys) for the lock client
-    transport_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-
-    @property
-    def topology(self) -> Topology:
-        return url_topology(self.url)
-
-    def __repr__(self) -> str:
-        # Settings end up in logs and tracebacks; the URL (and sentinel_kwargs) may carry a password.
-        return (
-            f"AppSettings(url={mask_url(self.url)!r}, key_prefix={self.key_prefix!r}, "
-            f"options={dict(self.options)!r}, "
-            f"queues={ {name: dict(layer) for name, layer in self.queues.items()}!r}, "
-            f"transport_options={sorted(self.transport_options)!r})"
-        )
-
-    def options_for(self, task_name: str, task_options: Mapping[str, Any], queue: str | None) -> LockOptions:
-        """Resolve the options of ``task_name`` consumed from ``queue`` (None: no queue layer)."""
-        queue_options = self.queues.get(queue, {}) if queue is not None else {}
-        return resolve(
-            task_options,
-            queue_options,
-            self.options,
-            task_source=source_task(task_name),
-            queue_source=source_queue(queue if queue is not None else ""),
-        )
-
-
-def _setting(conf: Mapping[str, Any], name: str) -> Any:
-    # Works before add_defaults too: app.conf[name] raises KeyError until then.
-    return conf.get(name, SETTING_DEFAULTS.get(name))
-
-
-def _conf_url(conf: Mapping[str, Any], name: str) -> Any:
-    # Celery's Settings resolves CELERY_BROKER_URL / CELERY_RESULT_BACKEND from the
-    # environment and old setting names in properties; a plain mapping has neither.
-    value = getattr(conf, name, None)
-    return value if value is not None else conf.get(name)
-
-
-def read_settings(conf: Mapping[str, Any]) -> AppSettings:
-    """Read and validate the ``redislock_*`` settings (``conf`` is ``app.conf`` or a dict).
-
-    Raises ``OptionError`` (the setting's name as option) or ``RedisURLError``.
-    """
-    prefix = _setting(conf, "redislock_key_prefix")
-    if not isinstance(prefix, str) or not prefix or any(c.isspace() for c in prefix):
-        got = _got(prefix, wrong_type=not isinstance(prefix, str))
-        raise OptionError("redislock_key_prefix", _APP, f"must be a non-empty str without whitespace, {got}")
-
-    options = _setting(conf, "redislock_options")
-    if options is None:
-        options = {}
-    if not isinstance(options, Mapping):
-        raise OptionError(
-            "redislock_options",
-            _APP,
-            f"must be a dict of option name -> value, {_got(options, wrong_type=True)}",
-        )
-    app_layer = validate(options, "redislock_options")
-
-    queues = _setting(conf, "redislock_queues")
-    if queues is None:
-        queues = {}
-    if not isinstance(queues, Mapping):
-        raise OptionError(
-            "redislock_queues",
-            _APP,
-            f"must be a dict of queue name -> dict of options, {_got(queues, wrong_type=True)}",
-        )
-    queue_layers: dict[str, Mapping[str, Any]] = {}
-    for name, layer in queues.items():
-        if not isinstance(name, str) or not name:
-            raise OptionError(
-                "redislock_queues",
-                _APP,
-                f"must be keyed by queue name (a non-empty str), got key {_show(name)}",
-            )
-        if not isinstance(layer, Mapping):
-            raise OptionError(
-                "redislock_queues",
-                _APP,
-                f"must map each queue name to a dict of options, got {_show(layer)} "
-                f"(a {type(layer).__name__}) for queue {name!r}",
-            )
-        queue_layers[name] = MappingProxyType(validate(layer, source_queue(name)))
-
-    url, url_setting = _resolve_redis_url(
-        _setting(conf, "redislock_url"),
-        _conf_url(conf, "broker_url"),
-        _conf_url(conf, "result_backend"),
-    )
-    transport = _transport_options(conf, url, url_setting)
-    # Read-only views: the result is cached per app and shared by every task.
-    return AppSettings(
-        url=url,
-        key_prefix=prefix,
-        options=MappingProxyType(app_layer),
-        queues=MappingProxyType(queue_layers),
-        transport_options=MappingProxyType(transport),
-    )
-
-
-# --- transport options (Sentinel) -----------------------------------------------------------
-
-#: Where the lock client inherits transport options from, by the setting its URL came from.
-_INHERITED_TRANSPORT = {
-    "broker_url": "broker_transport_options",
-    "result_backend": "result_backend_transport_options",
-}
-
-
-def validate_transport_options(value: Any, source: str, *, inherited: bool = False) -> dict[str, Any]:
-    """Check transport options for the lock client; returns the ones given (defaults are
-    ``TRANSPORT_OPTION_DEFAULTS``).
-
-    ``source`` names the setting in errors. ``inherited`` options (the broker's) also carry
-    settings of the broker's own (``visibility_timeout``...): those are ignored, while an
-    unknown name in ``redislock_transport_options`` is an error.
-    """
-    if value is None:
-        value = {}
-    if not isinstance(value, Mapping):
-        raise OptionError(
-            source, _APP, f"must be a dict of option name -> value, {_got(value, wrong_type=True)}"
-        )
-    result: dict[str, Any] = {}
-    for name, item in value.items():
-        if name not in TRANSPORT_OPTION_DEFAULTS:
-            if inherited:
-                continue
-            known = ", ".join(sorted(TRANSPORT_OPTION_DEFAULTS))
-            close = difflib.get_close_matches(str(name), TRANSPORT_OPTION_DEFAULTS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise OptionError(str(name), source, f"is unknown{hint}; known transport options: {known}")
-        try:
-            result[name] = _TRANSPORT_CHECKS[name](item)
-        except _Bad as bad:
-            raise OptionError(name, source, str(bad)) from None
-    return result
-
-
-def _check_master_name(value: Any) -> str | None:
-    if value is None or (isinstance(value, str) and value and not any(c.isspace() for c in value)):
-        return value
-    raise _Bad(
-        f"must be the master's name in the Sentinels' configuration (a str), {_got(value, wrong_type=not isinstance(value, str))}"
-    )
-
-
-def _check_sentinel_kwargs(value: Any) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-        raise _Bad(
-            f"must be None or a dict of connection arguments for the Sentinels, {_got(value, wrong_type=True)}"
-        )
-    return dict(value)
-
-
-def _check_min_other_sentinels(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise _Bad(f"must be an int >= 0, {_got(value, wrong_type=not isinstance(value, numbers.Integral))}")
-    return int(value)
-
-
-_TRANSPORT_CHECKS: dict[str, Callable[[Any], Any]] = {
-    "master_name": _check_master_name,
-    "sentinel_kwargs": _check_sentinel_kwargs,
-    "min_other_sentinels": _check_min_other_sentinels,
-}
-assert set(_TRANSPORT_CHECKS) == set(TRANSPORT_OPTION_DEFAULTS), "every transport option needs a check"
-
-
-def _transport_options(conf: Mapping[str, Any], url: str, url_setting: str) -> dict[str, Any]:
-    own = _setting(conf, "redislock_transport_options")
-    if own is not None:
-        source = "redislock_transport_options"
-        options = validate_transport_options(own, source)
-    else:
-        source = _INHERITED_TRANSPORT.get(url_setting, "redislock_transport_options")
-        inherited = conf.get(source) if source != "redislock_transport_options" else None
-        options = validate_transport_options(inherited, source, inherited=True)
-    if url_topology(url) == "sentinel" and options.get("master_name") is None:
-        raise RedisURLError(
-            f"{url_setting} is a Sentinel URL ({mask_url(url)!r}) but {source} has no 'master_name': "
-            f"set redislock_transport_options = {{'master_name': 'mymaster'}}, the name the "
-            f"Sentinels monitor the master under"
-        )
-    return options
-
-
-# --- the Redis URL --------------------------------------------------------------------------
-
-#: URL schemes that name a Redis server (or its Sentinels) in Celery's settings.
-REDIS_URL_SCHEMES: frozenset[str] = frozenset({"redis", "rediss", "sentinel", "unix", "redis+socket"})
-
-_PASSWORD_PARAM = re.compile(r"(?i)((?:^|[?&;])[^=&;?]*password=)[^&;]*")
-
-
-def _mask_one(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return _PASSWORD_PARAM.sub(r"\1****", url)
-    # The last '@' ends the userinfo even when the password has an unquoted '@' or '/';
-    # masking too much of a malformed URL is better than showing any of a password.
-    userinfo, at, hostpart = rest.rpartition("@")
-    if at:
-        user, colon, _ = userinfo.partition(":")
-        # No ':' may still be a password: kombu and users write redis://secret@host.
-        rest = f"{user}:****@{hostpart}" if colon else f"****@{hostpart}"
-    return f"{scheme}://" + _PASSWORD_PARAM.sub(r"\1****", rest)
-
-
-def mask_url(url: Any) -> str:
-    """Show a URL (or a list or ';'-list of them) with every password replaced by ``****``."""
-    if isinstance(url, (list, tuple)):
-        return "[" + ", ".join(repr(mask_url(u)) for u in url) + "]"
-    if not isinstance(url, str):
-        return _show(url)
-    return ";".join(_mask_one(part) for part in url.split(";"))
-
-
-def _shown(value: Any) -> str:
-    return repr(mask_url(value)) if isinstance(value, str) else mask_url(value)
-
-
-def _scheme(url: str) -> str:
-    scheme, sep, _ = url.strip().partition("://")
-    return scheme.lower() if sep else ""
-
-
-def _urls(value: Any) -> list[str]:
-    """The failover list of a broker_url / result_backend setting (a list or 'a;b')."""
-    if isinstance(value, str):
-        return [u.strip() for u in value.split(";") if u.strip()]
-    if isinstance(value, (list, tuple)) and all(isinstance(u, str) for u in value):
-        return [u.strip() for u in value if u.strip()]
-    return []
-
-
-def _usable(value: Any) -> str | None:
-    """The Redis URL a setting names, or None when it names none."""
-    urls = _urls(value)
-    if not urls or _scheme(urls[0]) not in REDIS_URL_SCHEMES:
-        return None
-    first = urls[0]
-    if _scheme(first) == "sentinel":
-        # Sentinel needs every sentinel host, not just the first failover entry.
-        return ";".join(u for u in urls if _scheme(u) == "sentinel")
-    if _scheme(first) == "redis+socket":
-        return _socket_to_unix(first)
-    if _cluster_flag(first):
-        # Every node listed is a startup node of the one cluster.
-        return ";".join(u for u in urls if _scheme(u) in _CLUSTER_SCHEMES)
-    return first
-
-
-#: The URL query parameter that marks a Redis Cluster: ``redis://node:7000/0?cluster=true``.
-CLUSTER_PARAM = "cluster"
-_CLUSTER_SCHEMES = frozenset({"redis", "rediss"})
-_TRUE = frozenset({"true", "1", "yes", "on"})
-_FALSE = frozenset({"false", "0", "no", "off"})
-
-
-def _cluster_flag(url: str) -> bool:
-    """Whether ``url`` asks for a Redis Cluster (``?cluster=true``); RedisURLError if unclear."""
-    values = [v for k, v in parse_qsl(urlsplit(url).query, keep_blank_values=True) if k == CLUSTER_PARAM]
-    if not values:
-        return False
-    value = values[-1].lower()
-    if value not in _TRUE | _FALSE:
-        raise RedisURLError(f"{CLUSTER_PARAM}={values[-1]!r} in {mask_url(url)!r} must be true or false")
-    return value in _TRUE
-
-
-def url_topology(url: str) -> Topology:
-    """What a resolved lock URL names: ``"sentinel"``, ``"cluster"`` or ``"single"``."""
-    first = url.split(";", 1)[0]
-    if _scheme(first) == "sentinel":
-        return "sentinel"
-    if _scheme(first) in _CLUSTER_SCHEMES and _cluster_flag(first):
-        return "cluster"
-    return "single"
-
-
-def _check_cluster(url: str, setting: str) -> None:
-    for part in url.split(";"):
-        path = urlsplit(part).path.strip("/")
-        query_db = [v for k, v in parse_qsl(urlsplit(part).query) if k == "db"]
-        if path not in ("", "0") or any(v != "0" for v in query_db):
-            raise RedisURLError(
-                f"{setting} names a Redis Cluster, which has only database 0, got {mask_url(part)!r}; "
-                f"drop the database number, or use a redislock_key_prefix to keep apps apart"
-            )
-
-
-def _socket_to_unix(url: str) -> str:
-    # Celery/kombu spell a socket redis+socket:///path?virtual_host=N; redis-py's
-    # Redis.from_url only knows unix:///path?db=N.
-    parts = urlsplit(url)
-    query = urlencode([("db" if k == "virtual_host" else k, v) for k, v in parse_qsl(parts.query)])
-    # Spelled out: urlunsplit drops the '//' of a scheme it does not know to have a netloc.
-    return f"unix://{parts.netloc}{parts.path}" + (f"?{query}" if query else "")
-
-
-def resolve_redis_url(redislock_url: str | None, broker_url: Any, result_backend: Any) -> str:
-    """The Redis URL the locks use (SPEC section 1).
-
-    ``redislock_url`` when set (it must be a Redis URL), else ``broker_url`` when Redis,
-    else ``result_backend`` when Redis. A failover ``broker_url`` (a list or ``'a;b'``) gives
-    its first URL, or all its sentinel URLs joined by ';' for Sentinel (likewise every node of
-    a ``?cluster=true`` URL). ``redis+socket://`` is returned as the ``unix://`` URL redis-py
-    understands. An empty ``redislock_url`` is treated as unset, as Celery treats an empty
-    ``broker_url``.
-
-    Raises ``RedisURLError``; its message never shows a password.
-    """
-    return _resolve_redis_url(redislock_url, broker_url, result_backend)[0]
-
-
-def _resolve_redis_url(redislock_url: str | None, broker_url: Any, result_backend: Any) -> tuple[str, str]:
-    """The lock URL and the name of the setting it came from."""
-    if redislock_url is not None and redislock_url != "":
-        found = _usable(redislock_url)
-        if found is None:
-            schemes = ", ".join(f"{s}://" for s in sorted(REDIS_URL_SCHEMES))
-            raise RedisURLError(f"redislock_url must be a Redis URL ({schemes}), got {_shown(redislock_url)}")
-        return _checked(found, "redislock_url")
-    for value, name in ((broker_url, "broker_url"), (result_backend, "result_backend")):
-        found = _usable(value)
-        if found is not None:
-            return _checked(found, name)
-    raise RedisURLError(
-        "no Redis URL for the locks: none of redislock_url, broker_url, result_backend is a "
-        f"Redis URL (redislock_url={_shown(redislock_url)}, "
-        f"broker_url={_shown(broker_url)}, result_backend={_shown(result_backend)}); "
-        'set redislock_url = "redis://host:6379/0" in the Celery configuration'
-    )
-
-
-def _checked(url: str, setting: str) -> tuple[str, str]:
-    if url_topology(url) == "cluster":
-        _check_cluster(url, setting)
-    return url, setting

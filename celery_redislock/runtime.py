@@ -1,51 +1,33 @@
-"""Per-app state of the Celery glue: settings read once, the engine, per-task plans, holder ids."""
+"""Per-app state of the Celery glue: settings read once, the engine, per-task plans."""
 
 from __future__ import annotations
 
 import functools
 import inspect
-import itertools
-import os
-import secrets
-import socket
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone, tzinfo
 from typing import Any, Callable
 
 from celery import Celery
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .connection import client_factory
 from .engine import LeaseEngine, LockEngine, SemaphoreEngine, make_engine, make_semaphore_engine
 from .keys import KeyBuilder, release_channel
-from .options import (
-    OPTION_NAMES,
-    SETTING_DEFAULTS,
-    AppSettings,
-    LockOptions,
-    read_settings,
-    source_task,
-    validate,
-)
+from .options import OPTION_NAMES, LockOptions, source_task, validate
+from .settings import SETTING_DEFAULTS, AppSettings, read_settings
+from .urls import client_factory
 
 __all__ = [
-    "BOOT_ID",
-    "QUEUED_SUFFIX",
+    "SOCKET_TIMEOUT",
     "Plan",
     "Runtime",
-    "handover_id",
-    "holder_id",
-    "holder_prefix",
-    "local_pid",
-    "process_alive",
-    "queued_id",
+    "reset_runtime",
+    "run_function",
     "runtime_for",
-    "seconds_until",
-    "task_id_of",
+    "task_options",
 ]
 
 # Bounds how long a task waits on a Redis that stopped answering; a lock's TTL covers the rest.
@@ -158,19 +140,6 @@ class Runtime:
         return release_channel(key)
 
 
-def seconds_until(countdown: float | None, eta: datetime | str | None, tz: tzinfo) -> float:
-    """Seconds until a message sent with ``countdown`` or ``eta`` is due, as Celery reads them:
-    a countdown wins over an eta; a naive eta is in the app's timezone ``tz``."""
-    if countdown:
-        return max(0.0, float(countdown))
-    if not eta:
-        return 0.0
-    when = datetime.fromisoformat(eta) if isinstance(eta, str) else eta
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=tz)
-    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
-
-
 _runtimes: weakref.WeakKeyDictionary[Celery, Runtime] = weakref.WeakKeyDictionary()
 _runtimes_lock = threading.Lock()
 
@@ -190,82 +159,3 @@ def reset_runtime(app: Celery) -> None:
     """Forget the app's runtime, so changed settings are read again (tests, reconfiguration)."""
     with _runtimes_lock:
         _runtimes.pop(app, None)
-
-
-# Holder ids: every form is built and parsed here. The task id comes first so a parent process
-# can free a dead child's lock by prefix; pid and a per-process sequence tell two deliveries of
-# one message apart. A task id may contain "@" (the separator) or "%": both are escaped, so the
-# first "@" of a holder id always ends its task id (node names contain "@" too: celery@host).
-_sequence = itertools.count(1)
-
-#: This worker's instance: drawn once per process tree when the package is imported (a prefork
-#: worker's parent imports it before forking its children, which inherit it). It tells apart two
-#: workers that share one node name (two containers started with ``-n worker@app``): a holder of
-#: another instance names a pid in a PID namespace this one cannot see, so its liveness is never
-#: judged from here.
-BOOT_ID = secrets.token_hex(4)
-
-
-def node_name(hostname: str | None) -> str:
-    return hostname or socket.gethostname()
-
-
-def _escaped(task_id: str) -> str:
-    return task_id.replace("%", "%25").replace("@", "%40")
-
-
-def holder_id(task_id: str, hostname: str | None) -> str:
-    return f"{holder_prefix(task_id, hostname)}{os.getpid()}:{next(_sequence)}"
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process with ``pid`` runs on this host (signal 0 checks without sending)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
-
-
-def holder_prefix(task_id: str, hostname: str | None) -> str:
-    """What every holder id of ``task_id`` taken by this worker instance (node ``hostname``,
-    this BOOT_ID: the parent and all its children) starts with."""
-    return f"{_escaped(task_id)}@{node_name(hostname)}:{BOOT_ID}:"
-
-
-def local_pid(holder: str, task_id: str, hostname: str | None) -> int | None:
-    """The pid of ``holder`` when it is a delivery of ``task_id`` taken by a process of this very
-    worker instance (so the pid is one this process can look up); None for any other holder,
-    including one of a worker with the same node name on another host."""
-    prefix = holder_prefix(task_id, hostname)
-    if not holder.startswith(prefix):
-        return None
-    pid = holder[len(prefix) :].split(":", 1)[0]
-    return int(pid) if pid.isdigit() else None
-
-
-#: Ends the holder id of a lock taken at enqueue: any execution of the task may take it over.
-QUEUED_SUFFIX = "@queued"
-
-
-def queued_id(task_id: str) -> str:
-    """The value of a lock taken by ``apply_async`` (``lock_on="enqueue"``) for ``task_id``."""
-    return f"{_escaped(task_id)}{QUEUED_SUFFIX}"
-
-
-def task_id_of(holder: str) -> str:
-    """The task id a holder id names (every holder id starts with it, escaped)."""
-    return holder.split("@", 1)[0].replace("%40", "@").replace("%25", "%")
-
-
-def any_delivery_prefix(task_id: str) -> str:
-    """What the holder id of every delivery of ``task_id``, on any worker, starts with."""
-    return f"{_escaped(task_id)}@"
-
-
-def handover_id(task_id: str) -> str:
-    """The value a lock holds while handed over to the next execution of ``task_id``
-    (a retry with ``release_on_retry=False``, or a task locked at enqueue)."""
-    return f"{_escaped(task_id)}@handover"

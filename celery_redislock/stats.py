@@ -70,10 +70,10 @@ class Counters:
     """
 
     def __init__(self) -> None:
-        self._fd = _anonymous_file(_SIZE)
-        # MAP_SHARED (mmap's default): a child writes the pages its parent reads.
-        self._map = mmap.mmap(self._fd, _SIZE)
-        self._values = memoryview(self._map).cast("q")
+        # Nothing is mapped until a worker (or a first count) needs it: importing the package
+        # in a process that only sends tasks creates no file and no mapping.
+        self._fd = -1
+        self._values: memoryview | None = None
         self._lock = threading.Lock()  # the file lock is per process: threads need their own
         if hasattr(os, "register_at_fork"):
             this = weakref.ref(self)
@@ -87,16 +87,27 @@ class Counters:
 
             os.register_at_fork(after_in_child=renew_lock)
 
+    def share(self) -> memoryview:
+        """Map the shared memory now, if not yet: a worker calls this before it forks its pool,
+        so every child counts into the same pages."""
+        with self._lock:
+            if self._values is None:
+                self._fd = _anonymous_file(_SIZE)
+                # MAP_SHARED (mmap's default): a child writes the pages its parent reads.
+                self._values = memoryview(mmap.mmap(self._fd, _SIZE)).cast("q")
+            return self._values
+
     def incr(self, name: str, by: int = 1) -> None:
         index = _INDEX.get(name)
         if index is None:
             raise KeyError(f"unknown counter {name!r}; known: {', '.join(COUNTER_NAMES)}")
+        values = self._values if self._values is not None else self.share()
         # _exclusive() spelled out: a worker counts twice per task, and the generator-based
         # context manager cost as much as the two lock calls.
         with self._lock:
             try:
                 _lock_file(self._fd)
-                self._values[index] += by
+                values[index] += by
             finally:
                 _unlock_file(self._fd)
 
@@ -112,10 +123,11 @@ class Counters:
     @contextmanager
     def _exclusive(self) -> Iterator[memoryview]:
         """The values, locked against this process's threads and every other process."""
+        values = self.share()
         with self._lock:
             try:
                 _lock_file(self._fd)
-                yield self._values
+                yield values
             finally:
                 _unlock_file(self._fd)  # harmless if the lock was never taken
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import redis
 
-from celery_redislock.options import mask_url
-from celery_redislock.testing import RedisServer
+from celery_redislock.contrib.testing import RedisServer, WorkerNotReady, WorkerProcess
+from celery_redislock.urls import mask_url
 
 #: The directory holding the example project (``proj``); the worker and the CLI run from it.
 EXAMPLES = Path(__file__).resolve().parent
@@ -52,34 +52,6 @@ def shorten(text: str) -> str:
 
 def say(text: str = "") -> None:
     print(text, flush=True)
-
-
-def alive(pid: int) -> bool:
-    """True if ``pid`` runs (a zombie waiting for its parent does not count)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def child_pids(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (the worker's pool), from /proc or ``pgrep -P``."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-        return sorted(int(p) for p in found.split())
-    children = []
-    for stat in proc.glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                children.append(int(stat.parent.name))
-    return sorted(children)
 
 
 def start_redis(stack: contextlib.ExitStack, url: str | None) -> str:
@@ -115,60 +87,28 @@ def stop_redis(server: RedisServer) -> None:
         say(f"Stopped redis-server (pid {pid}).")
 
 
-class Worker:
-    """``celery -A proj worker`` (prefork) in its own session, logging to a file."""
+def start_worker(
+    stack: contextlib.ExitStack, concurrency: int, env: dict[str, str], logdir: Path
+) -> tuple[WorkerProcess, str]:
+    """``celery -A proj worker`` (prefork) in its own session, so a Ctrl-C reaches the demo
+    only, which then stops the worker; returns it and its node name."""
+    node = f"demo{os.getpid()}@{socket.gethostname()}"
+    args = ["-P", "prefork", "-c", str(concurrency), "-Q", "celery,reports", "-n", node]
+    worker = WorkerProcess(EXAMPLES, "proj", args, env=env, logfile=logdir / "worker.log", new_session=True)
+    stack.callback(stop_worker, worker)
+    try:
+        worker.wait_ready(timeout=WORKER_START_S)
+    except WorkerNotReady as exc:
+        raise DemoError(str(exc)) from None
+    pool = " ".join(map(str, sorted(worker.children)))
+    say(f"  worker  celery -A proj worker {' '.join(args[:6])} (pid {worker.pid}; pool pids {pool})")
+    return worker, node
 
-    def __init__(self, concurrency: int, env: dict[str, str], logdir: Path) -> None:
-        self.node = f"demo{os.getpid()}@{socket.gethostname()}"
-        self.argv = [
-            "celery", "-A", "proj", "worker",
-            "-P", "prefork", "-c", str(concurrency), "-Q", "celery,reports", "-n", self.node,
-            "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
-        ]  # fmt: skip
-        self.logfile = logdir / "worker.log"
-        self.pool: list[int] = []
-        with self.logfile.open("wb") as log:
-            # Its own session: a Ctrl-C reaches the demo only, which then stops the worker.
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", *self.argv],
-                cwd=EXAMPLES,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
 
-    def log(self) -> str:
-        return self.logfile.read_text(errors="replace")
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + WORKER_START_S
-        while " ready." not in self.log():
-            if self.process.poll() is not None:
-                raise DemoError(f"the worker exited with {self.process.returncode}:\n{self.log()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise DemoError(
-                    f"the worker was not ready within {WORKER_START_S:.0f}s:\n{self.log()[-3000:]}"
-                )
-            time.sleep(0.1)  # polling a log file, bounded by the deadline
-        self.pool = child_pids(self.process.pid)
-
-    def stop(self) -> None:
-        """Warm shutdown (SIGTERM), SIGKILL if it hangs; then any pool process it left, by pid."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        for pid in self.pool:
-            if alive(pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        pool = ", ".join(map(str, self.pool)) or "none"
-        say(f"Stopped the worker (pid {self.process.pid}; pool pids {pool}).")
+def stop_worker(worker: WorkerProcess) -> None:
+    worker.stop(timeout=30)
+    pool = ", ".join(map(str, sorted(worker.children))) or "none"
+    say(f"Stopped the worker (pid {worker.pid}; pool pids {pool}).")
 
 
 def wait_for_locks(url: str, prefix: str, count: int, timeout: float = 20.0) -> None:
@@ -239,12 +179,8 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
     from proj.app import app
 
     logdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="redislock-demo-")))
-    worker = Worker(args.concurrency, env, logdir)
-    stack.callback(worker.stop)
-    worker.wait_ready()
+    worker, node = start_worker(stack, args.concurrency, env, logdir)
     stack.callback(app.close)
-    pool = " ".join(map(str, worker.pool))
-    say(f"  worker  {' '.join(worker.argv[:10])} (pid {worker.process.pid}; pool pids {pool})")
 
     caller = Caller()
     logging.getLogger("celery_redislock").addHandler(caller)
@@ -283,7 +219,7 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
     for line in burst.tally(outcomes):
         say(f"  {line}")
     say("  worker counters (celery inspect redislock_stats):")
-    say(f"    {worker_stats(app, worker.node)}")
+    say(f"    {worker_stats(app, node)}")
     found = burst.problems(outcomes)
     if found:
         raise DemoError("; ".join(found))

@@ -14,7 +14,7 @@ from contextlib import ExitStack
 import redis
 
 from celery_redislock import LockNotOwnedError, RedisLock
-from celery_redislock.testing import RedisServer
+from celery_redislock.contrib.testing import RedisServer
 
 
 def main(url: str) -> None:

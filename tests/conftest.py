@@ -1,5 +1,5 @@
 """Shared by the whole suite: hypothesis profiles, and the fixtures of the integration and
-worker tests for the session's Sentinel set and cluster (from celery_redislock.testing),
+worker tests for the session's Sentinel set and cluster (from celery_redislock.contrib.testing),
 flushed after each test that used them.
 
 Hypothesis profiles:
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from celery_redislock.testing import ClusterSet, SentinelSet
+from celery_redislock.contrib.testing import ClusterSet, SentinelSet
 
 settings.register_profile("ci", deadline=None)
 settings.register_profile(

@@ -13,12 +13,14 @@ from typing import Any, ClassVar
 import redis
 from celery import Celery
 
-from ..connection import make_client
 from ..engine import LockEngine, LockInfo, make_engine
 from ..errors import OptionError
-from ..options import check_argument, resolve_redis_url, source_task
-from ..runtime import SOCKET_TIMEOUT, reset_runtime, run_function, runtime_for, task_id_of
-from ..task import KEY_HEADER, SingletonTask
+from ..holders import task_id_of
+from ..keys import KEY_HEADER
+from ..options import check_argument, source_task
+from ..runtime import SOCKET_TIMEOUT, reset_runtime, run_function, runtime_for
+from ..task import SingletonTask
+from ..urls import make_client, resolve_redis_url
 
 __all__ = ["LEGACY_SETTING", "CompatTask", "Legacy", "Refusal", "constant_key", "lock_key_of"]
 

@@ -15,7 +15,8 @@ from celery import Celery
 from .. import errors
 from ..cli import _glob_escape, _held_locks
 from ..errors import OptionError
-from ..runtime import QUEUED_SUFFIX, runtime_for
+from ..holders import QUEUED_SUFFIX
+from ..runtime import runtime_for
 from ._common import CompatTask, Legacy, flag, lock_key_of, seconds, signature_arguments
 
 __all__ = ["DuplicateTaskError", "Singleton", "clear_locks", "legacy_singleton_key"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from celery_redislock.testing import poll
+from celery_redislock.contrib.testing import poll
 
 __all__ = ["contenders", "inside_function", "killed_holder", "poll"]
 

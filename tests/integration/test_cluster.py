@@ -9,9 +9,9 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from celery_redislock.connection import make_client
+from celery_redislock.contrib.testing import ClusterSet, counting_cluster_client
 from celery_redislock.engine import AcquireStatus, ClusterLockEngine, Lease, make_engine
-from celery_redislock.testing import ClusterSet, counting_cluster_client
+from celery_redislock.urls import make_client
 
 
 @pytest.fixture
@@ -149,7 +149,7 @@ def test_a_lock_survives_a_cluster_failover_and_renewal_follows_it(
 
 def test_a_cluster_url_with_a_database_is_refused() -> None:
     from celery_redislock.errors import RedisURLError
-    from celery_redislock.options import read_settings
+    from celery_redislock.settings import read_settings
 
     with pytest.raises(RedisURLError, match="only database 0"):
         read_settings({"redislock_url": "redis://node:7000/3?cluster=true"})

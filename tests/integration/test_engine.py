@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 import redis
 
+from celery_redislock.contrib.testing import RedisServer, counting_client
 from celery_redislock.engine import AcquireStatus, Lease, LockEngine
-from celery_redislock.testing import RedisServer, counting_client
 
 
 def poll(condition: Callable[[], bool], timeout: float = 5.0) -> bool:

@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
+from celery_redislock.contrib.testing import RedisServer
 from celery_redislock.engine import Lease, LockEngine
 from celery_redislock.renewal import Renewer, get_renewer
 from celery_redislock.stats import counters
-from celery_redislock.testing import RedisServer
 
 
 def poll(condition: Callable[[], bool], timeout: float = 5.0) -> bool:

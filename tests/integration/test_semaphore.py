@@ -10,9 +10,9 @@ import pytest
 import redis
 
 from celery_redislock import LockAcquireError, LockNotOwnedError, OptionError, RedisSemaphore
+from celery_redislock.contrib.testing import RedisServer, counting_client
 from celery_redislock.engine import AcquireStatus, SemaphoreEngine, SemaphoreLease
 from celery_redislock.renewal import get_renewer
-from celery_redislock.testing import RedisServer, counting_client
 
 from .helpers import contenders, holder_process, inside_function, killed_holder, poll
 

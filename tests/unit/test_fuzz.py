@@ -18,7 +18,8 @@ from test_options import names, values
 
 from celery_redislock.errors import ConfigurationError, LockKeyError, OptionError
 from celery_redislock.keys import KeyBuilder
-from celery_redislock.options import OPTION_NAMES, SETTING_DEFAULTS, read_settings, validate
+from celery_redislock.options import OPTION_NAMES, validate
+from celery_redislock.settings import SETTING_DEFAULTS, read_settings
 
 TASK = "proj.f"
 

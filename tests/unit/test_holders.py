@@ -7,14 +7,14 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from celery_redislock.runtime import (
+from celery_redislock.enqueue import seconds_until
+from celery_redislock.holders import (
     BOOT_ID,
     any_delivery_prefix,
     handover_id,
     holder_id,
     local_pid,
     queued_id,
-    seconds_until,
     task_id_of,
 )
 

@@ -11,19 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celery_redislock.errors import ConfigurationError, OptionError, RedisURLError
-from celery_redislock.options import (
-    OPTION_NAMES,
-    SETTING_DEFAULTS,
-    AppSettings,
-    LockOptions,
-    mask_url,
-    read_settings,
-    resolve,
-    resolve_redis_url,
-    source_queue,
-    source_task,
-    validate,
-)
+from celery_redislock.options import OPTION_NAMES, LockOptions, resolve, source_queue, source_task, validate
+from celery_redislock.settings import SETTING_DEFAULTS, AppSettings, read_settings
+from celery_redislock.urls import mask_url, resolve_redis_url
 
 TASK = source_task("proj.send_report")
 QUEUE = source_queue("reports")

@@ -39,8 +39,15 @@ def in_child(body: Callable[[], None], timeout: float = 10.0) -> int:
     raise AssertionError(f"child {pid} still running after {timeout}s")
 
 
+def shared_counters() -> Counters:
+    """Counters mapped now, as the worker's main process maps them at worker_init, before it forks."""
+    fresh = Counters()
+    fresh.share()
+    return fresh
+
+
 def test_a_forked_child_counts_into_its_parent() -> None:
-    shared = Counters()
+    shared = shared_counters()
     shared.incr("acquired")
 
     def child() -> None:
@@ -53,7 +60,7 @@ def test_a_forked_child_counts_into_its_parent() -> None:
 
 
 def test_concurrent_children_and_threads_lose_no_increment() -> None:
-    shared = Counters()
+    shared = shared_counters()
     per_thread, threads, children = 3000, 3, 3
 
     def child() -> None:
@@ -82,7 +89,7 @@ def test_concurrent_children_and_threads_lose_no_increment() -> None:
 
 
 def test_reset_clears_the_counters_of_every_process() -> None:
-    shared = Counters()
+    shared = shared_counters()
     shared.incr("lost", 4)
     assert in_child(shared.reset) == 0
     assert shared.snapshot() == dict.fromkeys(COUNTER_NAMES, 0)
@@ -102,7 +109,7 @@ def test_unknown_counter_names_the_known_ones() -> None:
 
 
 def test_a_child_killed_while_holding_the_lock_does_not_wedge_the_others() -> None:
-    shared = Counters()
+    shared = shared_counters()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
@@ -130,7 +137,7 @@ def test_a_child_killed_while_holding_the_lock_does_not_wedge_the_others() -> No
 
 
 def test_a_lock_held_by_another_thread_at_fork_does_not_block_the_child() -> None:
-    shared = Counters()
+    shared = shared_counters()
     with shared._lock:  # as if another thread were mid-increment when the pool forked
         code = in_child(lambda: shared.incr("retried"))
     assert code == 0
@@ -157,3 +164,17 @@ def test_importing_the_package_registers_the_inspect_command() -> None:
     )
     out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["inspect", "celery_redislock.control"], out.stderr
+
+
+def test_the_worker_maps_the_counters_before_it_forks() -> None:
+    # worker_init is sent in the worker's main process before the pool forks.
+    probe = """
+from celery import Celery, signals
+import celery_redislock
+from celery_redislock.stats import counters
+before = counters._values is None
+signals.worker_init.send(sender=None)
+print(before, counters._values is not None)
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "True"]

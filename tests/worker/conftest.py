@@ -7,13 +7,9 @@ process sees them) on the session's real redis-server: broker db 0, results db 1
 from __future__ import annotations
 
 import itertools
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +18,8 @@ import redis
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
+from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
 from celery_redislock.runtime import reset_runtime
-from celery_redislock.testing import RedisServer, poll
 
 _names = itertools.count()
 
@@ -165,69 +161,6 @@ def worker() -> Callable[..., Any]:
             yield w
 
     return run
-
-
-class WorkerProcess:
-    """A ``celery worker`` subprocess (prefork pool) running an app module written by the test."""
-
-    def __init__(self, workdir: Path, module: str, args: list[str]) -> None:
-        self.logfile = workdir / f"{module}-worker.log"
-        self.children: set[int] = set()
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                module,
-                "worker",
-                "--loglevel=INFO",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                *args,
-            ],
-            cwd=workdir,
-            stdout=self.logfile.open("wb"),
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(workdir)},
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def log(self) -> str:
-        return self.logfile.read_text(errors="replace")
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        if not poll(lambda: " ready." in self.log() or self.process.poll() is not None, timeout):
-            raise AssertionError(f"worker not ready within {timeout}s:\n{self.log()}")
-        if self.process.poll() is not None:
-            raise AssertionError(f"worker exited with {self.process.returncode}:\n{self.log()}")
-        self.children = set(self.child_pids())
-
-    def child_pids(self) -> list[int]:
-        """The pool's children now (remembered at start, to stop orphans of a killed parent)."""
-        out = subprocess.run(
-            ["ps", "-o", "pid=", "--ppid", str(self.pid)], capture_output=True, text=True
-        ).stdout
-        return [int(pid) for pid in out.split()]
-
-    def signal(self, signum: int) -> None:
-        os.kill(self.pid, signum)
-
-    def stop(self, timeout: float = 20.0) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
-        for pid in self.children:  # orphans of a killed parent, stopped by pid
-            with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture

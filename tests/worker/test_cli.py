@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import redis
 
+from celery_redislock.contrib.testing import free_port
 from celery_redislock.keys import digest, format_key
-from celery_redislock.testing import free_port
 
 from .conftest import poll
 

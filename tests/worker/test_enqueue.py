@@ -10,7 +10,7 @@ import redis
 from kombu.exceptions import OperationalError
 
 from celery_redislock import DuplicateTaskError, SingletonTask
-from celery_redislock.testing import RedisServer, free_port
+from celery_redislock.contrib.testing import RedisServer, free_port
 
 from .conftest import lock_keys, poll
 

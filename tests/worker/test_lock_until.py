@@ -15,7 +15,7 @@ import redis
 from celery import Celery
 
 from celery_redislock import LockUnavailableError, OptionError, SingletonTask
-from celery_redislock.testing import RedisServer
+from celery_redislock.contrib.testing import RedisServer
 
 from .conftest import WorkerProcess, lock_keys, open_gate, poll, wait_started, worker_module
 

@@ -1,0 +1,219 @@
+"""One execution's lock: take it (or one of its key's slots), take over a dead delivery of the
+same message, wait for it; hold it under renewal; release it or hand it to the next run.
+
+The decision only: what a task does when it is refused, or when Redis is unreachable (a
+``redis.RedisError`` raised from here), is the outcome policies' business (``outcomes.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Union
+
+import redis
+
+from .engine import AcquireResult, Lease, LeaseEngine, SemaphoreEngine, SemaphoreLease, SlotResult
+from .holders import (
+    QUEUED_SUFFIX,
+    any_delivery_prefix,
+    handover_id,
+    holder_id,
+    local_pid,
+    process_alive,
+    queued_id,
+    task_id_of,
+)
+from .options import LockOptions
+from .renewal import get_renewer
+from .runtime import Runtime
+from .semaphore import take_slot
+from .stats import counters
+from .waiting import wait_for
+
+__all__ = ["WAIT_FALLBACK_POLL", "Execution", "Holding", "Refused", "acquire", "release_queued"]
+
+logger = logging.getLogger("celery_redislock.acquisition")
+
+# The "wait" strategy re-tries at least this often even without a release notice, in case the
+# holder died and its lock expired (an expiry publishes nothing).
+WAIT_FALLBACK_POLL = 1.0
+
+
+@dataclass(frozen=True)
+class Execution:
+    """Who asks for a key: one delivery (``holder``) of the message ``task_id`` on worker node
+    ``hostname``, with the task's resolved options."""
+
+    runtime: Runtime
+    options: LockOptions
+    key: str
+    task_id: str
+    hostname: str | None
+    holder: str
+
+    @classmethod
+    def of(
+        cls, runtime: Runtime, options: LockOptions, key: str, task_id: str, hostname: str | None
+    ) -> Execution:
+        return cls(runtime, options, key, task_id, hostname, holder_id(task_id, hostname))
+
+    def held_by_dead_delivery(self, holder: str) -> bool:
+        """True when ``holder`` is this task id, taken by a process of this very worker instance
+        (so its pid is one this process can see) that is gone. A holder of another instance with
+        the same node name (another host or container) is never judged by its pid."""
+        pid = local_pid(holder, self.task_id, self.hostname)
+        return pid is not None and not process_alive(pid)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The key is held by ``holder``: another call (a duplicate), or another delivery of this
+    very message (``redelivered``: re-queued to look again, never run beside it)."""
+
+    holder: str
+    redelivered: bool
+
+
+@dataclass
+class Holding:
+    """What one execution holds, under renewal: its lock, or one of its key's slots."""
+
+    runtime: Runtime
+    options: LockOptions
+    #: the runtime's lock engine, or its semaphore engine (max_concurrency > 1)
+    engine: LeaseEngine
+    lease: Lease
+
+    def release(self, hand_to: tuple[str, int] | None = None) -> None:
+        """Release it, or hand it (``(holder id, TTL ms)``) to the next run of this task id."""
+        engine, lease, runtime = self.engine, self.lease, self.runtime
+        get_renewer().discard(engine, lease)
+        try:
+            if hand_to is not None:  # a lock (a semaphore's slot is never handed over)
+                runtime.engine.transfer(lease.key, lease.holder, *hand_to)
+            elif engine.release(lease.key, lease.holder, notify=runtime.release_channel(lease.key)):
+                counters.incr("released")
+            else:
+                logger.error(
+                    "Lock %s was no longer held by %s at release (expired or taken)", lease.key, lease.holder
+                )
+        except redis.RedisError as exc:
+            counters.incr("redis_errors")
+            logger.warning(
+                "Could not release lock %s: %r; it expires in at most %ss",
+                lease.key,
+                exc,
+                self.options.lock_timeout,
+            )
+
+    def cancel_hand_over(self, to: str) -> None:
+        """Free a lock handed to ``to`` whose next run will not come (no retry was sent)."""
+        try:
+            self.runtime.engine.release(self.lease.key, to)
+        except redis.RedisError as exc:
+            logger.warning("Could not release lock %s: %r; it expires on its TTL", self.lease.key, exc)
+
+
+Outcome = Union[Holding, Refused]
+
+
+def acquire(execution: Execution) -> Outcome:
+    """Take the key for ``execution``; raises ``redis.RedisError`` when Redis is unreachable."""
+    if execution.options.max_concurrency > 1:
+        return _acquire_slot(execution)
+    runtime, key = execution.runtime, execution.key
+    result = _try_acquire(execution)
+    if not result.acquired and execution.held_by_dead_delivery(result.holder):
+        # This very message, from a child that died here; Celery re-queued it
+        # (reject_on_worker_lost) without telling anyone: not a duplicate, take over.
+        runtime.engine.release(key, result.holder)
+        result = _try_acquire(execution)
+    redelivered = not result.acquired and task_id_of(result.holder) == execution.task_id
+    if not result.acquired and not redelivered and execution.options.on_duplicate == "wait":
+        result = _wait(execution)
+    if not result.acquired:
+        return Refused(result.holder, redelivered)
+    options = execution.options
+    return _hold(execution, runtime.engine, Lease(key, execution.holder, options.timeout_ms))
+
+
+def release_queued(runtime: Runtime, key: str, task_id: str) -> None:
+    """``lock_until="started"``: free the task's own lock taken at enqueue. Compare-and-delete:
+    a lock that is not ``{task id}@queued`` (another call's, after ours expired) stays."""
+    if runtime.engine.release(key, queued_id(task_id), notify=runtime.release_channel(key)):
+        counters.incr("released")
+
+
+def _hold(execution: Execution, engine: LeaseEngine, lease: Lease) -> Holding:
+    counters.incr("acquired")
+    get_renewer().add(engine, lease, execution.options.renew_interval_s)
+    return Holding(execution.runtime, execution.options, engine, lease)
+
+
+def _try_acquire(execution: Execution) -> AcquireResult:
+    # An execution takes over its own hand-over (a retry) and any lock taken at enqueue.
+    return execution.runtime.engine.acquire(
+        execution.key,
+        execution.holder,
+        execution.options.timeout_ms,
+        handover_id(execution.task_id),
+        takeover_suffix=QUEUED_SUFFIX,
+    )
+
+
+def _wait(execution: Execution) -> AcquireResult:
+    """Wait up to acquire_timeout for the lock, woken by the holder's release notice."""
+    result = wait_for(
+        execution.runtime.engine.client,
+        execution.runtime.release_channel(execution.key),
+        lambda: _try_acquire(execution),
+        lambda r: r.acquired,
+        execution.options.acquire_timeout,
+        WAIT_FALLBACK_POLL,
+    )
+    if result.acquired:
+        counters.incr("waited")
+    return result
+
+
+def _acquire_slot(execution: Execution) -> Outcome:
+    """``max_concurrency`` > 1: take one of the slots of the semaphore at the key; "wait"
+    queues for one (served in arrival order), the other strategies never jump the queue."""
+    runtime, options, key = execution.runtime, execution.options, execution.key
+    engine = runtime.semaphores
+    slot = _take_slot(engine, execution, blocking=False)
+    dead = next((h for h in slot.holders if execution.held_by_dead_delivery(h)), None)
+    if dead is not None:  # this very message, from a child that died here: not a duplicate
+        engine.release(key, dead, notify=runtime.release_channel(key))
+        slot = _take_slot(engine, execution, blocking=False)
+    sibling = next((h for h in slot.holders if task_id_of(h) == execution.task_id), None)
+    if sibling is not None:
+        return Refused(sibling, redelivered=True)
+    if not slot.acquired and options.on_duplicate == "wait" and options.acquire_timeout > 0:
+        slot = _take_slot(engine, execution, blocking=True)
+        if slot.acquired:
+            counters.incr("waited")
+    if not slot.acquired:
+        # Every slot held, or the free ones owed to executions queued (on_duplicate="wait").
+        holders = ", ".join(slot.holders) or "executions queued first"
+        return Refused(f"{holders} (max_concurrency={options.max_concurrency})", redelivered=False)
+    lease = SemaphoreLease(key, execution.holder, options.timeout_ms, options.max_concurrency)
+    return _hold(execution, engine, lease)
+
+
+def _take_slot(engine: SemaphoreEngine, execution: Execution, *, blocking: bool) -> SlotResult:
+    options = execution.options
+    return take_slot(
+        engine,
+        execution.key,
+        execution.holder,
+        options.max_concurrency,
+        options.timeout_ms,
+        blocking=blocking,
+        timeout=options.acquire_timeout,
+        retry_delay=WAIT_FALLBACK_POLL,
+        # Another delivery of this very message holding a slot is not a co-holder: it is
+        # redelivered (see outcomes.on_redelivered).
+        siblings=any_delivery_prefix(execution.task_id),
+    )

@@ -1,0 +1,25 @@
+"""Test harnesses: real redis-servers (one, a Sentinel set, a cluster), round-trip counting
+clients, and a ``celery worker`` subprocess. Nothing here imports pytest; the fixtures built on
+these live in ``celery_redislock.contrib.pytest`` (a pytest11 plugin)."""
+
+from __future__ import annotations
+
+from .roundtrips import RoundTrips, counting_client, counting_cluster_client
+from .servers import RedisServer, find_redis_server, free_port, free_ports, poll
+from .topologies import ClusterSet, SentinelSet
+from .workers import WorkerNotReady, WorkerProcess
+
+__all__ = [
+    "ClusterSet",
+    "RedisServer",
+    "RoundTrips",
+    "SentinelSet",
+    "WorkerNotReady",
+    "WorkerProcess",
+    "counting_client",
+    "counting_cluster_client",
+    "find_redis_server",
+    "free_port",
+    "free_ports",
+    "poll",
+]

@@ -1,0 +1,70 @@
+"""Clients that count their round trips to Redis (one per request written; a pipeline is one)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+
+from ...urls import make_client  # the package's own URL handling, as the runtime uses
+
+__all__ = ["RoundTrips", "counting_client", "counting_cluster_client"]
+
+
+class RoundTrips:
+    """How many requests a client wrote to Redis: one per round trip (a pipeline is one).
+
+    A new connection's hand-shake (HELLO, CLIENT SETINFO, SELECT) is not counted: it is paid
+    once per pooled connection, not per operation. ``by_node`` splits the count by
+    ``host:port``, which tells a cluster's nodes apart.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.by_node: Counter[str] = Counter()
+
+    def reset(self) -> None:
+        self.count = 0
+        self.by_node.clear()
+
+
+def _counting_connection(trips: RoundTrips) -> type[redis.Connection]:
+    class CountingConnection(redis.Connection):
+        handshaking = False
+
+        def on_connect_check_health(self, check_health: bool = True) -> None:
+            self.handshaking = True
+            try:
+                super().on_connect_check_health(check_health)
+            finally:
+                self.handshaking = False
+
+        def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+            if not self.handshaking:
+                trips.count += 1
+                trips.by_node[f"{self.host}:{self.port}"] += 1
+            super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
+
+    return CountingConnection
+
+
+def counting_client(url: str) -> tuple[redis.Redis, RoundTrips]:
+    """A client to ``url`` that counts its round trips, and the counter it updates."""
+    trips = RoundTrips()
+    pool = redis.ConnectionPool.from_url(url, connection_class=_counting_connection(trips))
+    client: redis.Redis = redis.Redis(connection_pool=pool)
+    client.ping()  # connect now, so the hand-shake is not counted against the caller
+    trips.reset()
+    return client, trips
+
+
+def counting_cluster_client(url: str) -> tuple[RedisCluster, RoundTrips]:
+    """A cluster client for a ``?cluster=true`` lock URL that counts its round trips per node."""
+    trips = RoundTrips()
+    client = make_client(url, connection_class=_counting_connection(trips))
+    if not isinstance(client, RedisCluster):
+        raise ValueError(f"{url!r} is not a cluster URL (add ?cluster=true)")
+    trips.reset()  # the slot map it read at start is not the caller's
+    return client, trips

@@ -1,0 +1,119 @@
+"""Locking at enqueue (``lock_on="enqueue"``): the lock taken by ``apply_async`` before a message
+is published, and carried to its worker in the message's ``redislock_key`` header."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime, timezone, tzinfo
+from typing import TYPE_CHECKING, Any, Callable
+
+import redis
+from celery.utils import uuid
+
+from .errors import LockUnavailableError
+from .holders import queued_id, task_id_of
+from .keys import KEY_HEADER
+from .runtime import runtime_for
+from .stats import counters
+from .urls import mask_url
+
+if TYPE_CHECKING:
+    from .task import SingletonTask
+
+__all__ = ["may_lock_at_enqueue", "seconds_until", "send"]
+
+logger = logging.getLogger("celery_redislock.task")
+
+#: ``Task.apply_async`` of the task's Celery base: what finally publishes.
+Publish = Callable[..., Any]
+
+
+def may_lock_at_enqueue(task: SingletonTask) -> bool:
+    """False when no layer can make ``task`` lock at enqueue (the resolved plan decides the
+    rest): the task's own setting wins, else any app or queue layer may ask for it."""
+    if task.lock_on is not None:
+        return task.lock_on == "enqueue"
+    conf = task.app.conf
+    layers = [conf.get("redislock_options"), *(conf.get("redislock_queues") or {}).values()]
+    return any(isinstance(layer, Mapping) and layer.get("lock_on") == "enqueue" for layer in layers)
+
+
+def send(
+    task: SingletonTask,
+    publish: Publish,
+    args: Any,
+    kwargs: Any,
+    task_id: str | None,
+    options: dict[str, Any],
+) -> Any:
+    """``apply_async`` of a task that may lock at enqueue (``may_lock_at_enqueue``).
+
+    A new call whose key is already queued or running publishes nothing and is answered by
+    ``task._refused_at_send``. A message whose task id is given (a retry, a re-queued copy, a
+    canvas member, a caller's own id) is already promised to someone waiting on that id: it is
+    always published, with the lock if free, else unlocked, and its worker deals with the
+    duplicate."""
+    queue = options.get("queue")
+    queue_name = getattr(queue, "name", queue)
+    runtime = runtime_for(task.app)
+    plan = runtime.plan(task, queue_name if isinstance(queue_name, str) else None)
+    if plan.options.lock_on != "enqueue":
+        return publish(args, kwargs, task_id, **options)
+    # A re-published message keeps the key it was locked under (JSON may have changed its
+    # arguments' types since); a new one is keyed here, and carries the key to its worker.
+    headers = {**(options.pop("headers", None) or {})}
+    key = headers.get(KEY_HEADER) or plan.key(task, tuple(args or ()), dict(kwargs or {}))
+    headers[KEY_HEADER] = key
+    new_call = task_id is None
+    task_id = task_id or uuid()
+    queued = queued_id(task_id)
+    delay = seconds_until(options.get("countdown"), options.get("eta"), task.app.timezone)
+    ttl_ms = plan.options.queued_timeout_ms + int(delay * 1000)
+    try:
+        # Takes the key, or re-enters this task id's own queued lock (a retry's).
+        result = runtime.engine.acquire(key, queued, ttl_ms)
+    except redis.RedisError as exc:
+        counters.incr("redis_errors")
+        url = mask_url(runtime.settings.url)
+        if plan.options.on_redis_error == "fail":
+            raise LockUnavailableError(task.name, task_id, key, url, exc) from exc
+        # "retry" and "run": send it anyway; the worker takes the lock when it runs it.
+        logger.warning(
+            "Sending %s[%s] without an enqueue lock: Redis at %s is unreachable (%r)",
+            task.name,
+            task_id,
+            url,
+            exc,
+        )
+        return publish(args, kwargs, task_id, headers=headers, **options)
+    if not result.acquired and new_call:
+        return task._refused_at_send(key, result.holder)
+    if not result.acquired and task_id_of(result.holder) != task_id:
+        logger.info(
+            "Sending %s[%s] unlocked: %s is held by %s, and a message with a given task id is "
+            "never dropped; its worker handles the duplicate",
+            task.name,
+            task_id,
+            key,
+            result.holder,
+        )
+    try:
+        return publish(args, kwargs, task_id, headers=headers, **options)
+    except BaseException:
+        if result.acquired:  # nothing was sent: nobody will take the lock over
+            runtime.engine.release(key, queued)
+        raise
+
+
+def seconds_until(countdown: float | None, eta: datetime | str | None, tz: tzinfo) -> float:
+    """Seconds until a message sent with ``countdown`` or ``eta`` is due, as Celery reads them:
+    a countdown wins over an eta; a naive eta is in the app's timezone ``tz``."""
+    if countdown:
+        return max(0.0, float(countdown))
+    if not eta:
+        return 0.0
+    when = datetime.fromisoformat(eta) if isinstance(eta, str) else eta
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=tz)
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())

@@ -1,0 +1,120 @@
+"""Holder ids, every form in one place: built, parsed and matched here (Lua matches them by
+the prefixes and suffixes these functions give).
+
+- ``{task id}@{node}:{boot id}:{pid}:{n}``: an execution (a delivery of a message) holding its lock;
+- ``{task id}@queued``: a lock taken by ``apply_async`` (``lock_on="enqueue"``);
+- ``{task id}@handover``: a lock kept for the next run of a task id (a retry);
+- ``{uuid4 hex}@{host}:{pid}``: a ``RedisLock``/``RedisSemaphore`` acquisition.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+import socket
+import uuid
+from pathlib import Path
+
+__all__ = [
+    "BOOT_ID",
+    "QUEUED_SUFFIX",
+    "any_delivery_prefix",
+    "handover_id",
+    "holder_id",
+    "holder_prefix",
+    "local_pid",
+    "new_holder_id",
+    "process_alive",
+    "queued_id",
+    "task_id_of",
+]
+
+
+# Holder ids: every form is built and parsed here. The task id comes first so a parent process
+# can free a dead child's lock by prefix; pid and a per-process sequence tell two deliveries of
+# one message apart. A task id may contain "@" (the separator) or "%": both are escaped, so the
+# first "@" of a holder id always ends its task id (node names contain "@" too: celery@host).
+_sequence = itertools.count(1)
+
+#: This worker's instance: drawn once per process tree when the package is imported (a prefork
+#: worker's parent imports it before forking its children, which inherit it). It tells apart two
+#: workers that share one node name (two containers started with ``-n worker@app``): a holder of
+#: another instance names a pid in a PID namespace this one cannot see, so its liveness is never
+#: judged from here.
+BOOT_ID = secrets.token_hex(4)
+
+
+def node_name(hostname: str | None) -> str:
+    return hostname or socket.gethostname()
+
+
+def _escaped(task_id: str) -> str:
+    return task_id.replace("%", "%25").replace("@", "%40")
+
+
+def holder_id(task_id: str, hostname: str | None) -> str:
+    return f"{holder_prefix(task_id, hostname)}{os.getpid()}:{next(_sequence)}"
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with ``pid`` runs on this host (signal 0 checks without sending); a
+    zombie waiting for its parent to reap it is dead already."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):  # no /proc (macOS): signal 0 is all we know
+        return True
+
+
+def holder_prefix(task_id: str, hostname: str | None) -> str:
+    """What every holder id of ``task_id`` taken by this worker instance (node ``hostname``,
+    this BOOT_ID: the parent and all its children) starts with."""
+    return f"{_escaped(task_id)}@{node_name(hostname)}:{BOOT_ID}:"
+
+
+def local_pid(holder: str, task_id: str, hostname: str | None) -> int | None:
+    """The pid of ``holder`` when it is a delivery of ``task_id`` taken by a process of this very
+    worker instance (so the pid is one this process can look up); None for any other holder,
+    including one of a worker with the same node name on another host."""
+    prefix = holder_prefix(task_id, hostname)
+    if not holder.startswith(prefix):
+        return None
+    pid = holder[len(prefix) :].split(":", 1)[0]
+    return int(pid) if pid.isdigit() else None
+
+
+#: Ends the holder id of a lock taken at enqueue: any execution of the task may take it over.
+QUEUED_SUFFIX = "@queued"
+
+
+def queued_id(task_id: str) -> str:
+    """The value of a lock taken by ``apply_async`` (``lock_on="enqueue"``) for ``task_id``."""
+    return f"{_escaped(task_id)}{QUEUED_SUFFIX}"
+
+
+def task_id_of(holder: str) -> str:
+    """The task id a holder id names (every holder id starts with it, escaped)."""
+    return holder.split("@", 1)[0].replace("%40", "@").replace("%25", "%")
+
+
+def any_delivery_prefix(task_id: str) -> str:
+    """What the holder id of every delivery of ``task_id``, on any worker, starts with."""
+    return f"{_escaped(task_id)}@"
+
+
+def handover_id(task_id: str) -> str:
+    """The value a lock holds while handed over to the next execution of ``task_id``
+    (a retry with ``release_on_retry=False``, or a task locked at enqueue)."""
+    return f"{_escaped(task_id)}@handover"
+
+
+def new_holder_id() -> str:
+    """A fresh holder id for a ``RedisLock`` or ``RedisSemaphore``: unique, and naming the host
+    and process for whoever reads it."""
+    return f"{uuid.uuid4().hex}@{socket.gethostname()}:{os.getpid()}"

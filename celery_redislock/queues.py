@@ -1,0 +1,40 @@
+"""Which queue a message was consumed from: what per-queue options (``redislock_queues``) key on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["QUEUE_FIELD", "consumed_queue"]
+
+#: The request attribute carrying the queue a message was consumed from: set by the worker's
+#: consumer (``signals``), read where a task's options are resolved (``task``).
+QUEUE_FIELD = "redislock_queue"
+
+
+def consumed_queue(
+    delivery_info: Mapping[str, Any], queues: Iterable[Any], tags: Mapping[str, str]
+) -> str | None:
+    """The name of the queue a message was consumed from.
+
+    Celery's request ``delivery_info`` has the exchange and routing key, not the queue. AMQP
+    deliveries carry the consumer tag, which names the queue exactly; other transports (Redis)
+    are matched on the consuming queues' bindings: the queue bound to that exchange with that
+    routing key (Celery's default direct routing), preferring one named like the routing key.
+    """
+    tag = delivery_info.get("consumer_tag")
+    if tag:
+        for name, active in tags.items():
+            if active == tag:
+                return name
+    exchange = delivery_info.get("exchange")
+    routing_key = delivery_info.get("routing_key")
+    matches = [
+        queue.name
+        for queue in queues
+        if queue.routing_key == routing_key
+        and (not exchange or getattr(queue.exchange, "name", None) == exchange)
+    ]
+    if not matches:
+        return None
+    return str(routing_key) if routing_key in matches else str(matches[0])

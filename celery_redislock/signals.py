@@ -1,0 +1,214 @@
+"""Worker lifecycle, connected on import: tag each request with its queue, free locks of dead or
+terminated children and of discarded messages from the parent, release what a process holds
+at shutdown."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import weakref
+from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import redis
+from celery import Celery, signals
+from celery.app.task import Context
+from celery.exceptions import TimeLimitExceeded, WorkerLostError
+
+from .holders import handover_id, holder_prefix, queued_id
+from .keys import KEY_HEADER
+from .queues import QUEUE_FIELD, consumed_queue
+from .renewal import get_renewer
+from .runtime import runtime_for
+from .stats import counters
+from .task import SingletonTask
+
+__all__: list[str] = []
+
+logger = logging.getLogger("celery_redislock.worker")
+
+
+class _Received:
+    """The requests this worker has received and still holds, by task id, and its node name:
+    the hard time limit's task_failure comes without the request, whose headers may carry the
+    key, and the release needs the node the holder id names."""
+
+    def __init__(self) -> None:
+        self.requests: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+        self.node: str | None = None
+
+    def add(self, request: Any) -> None:
+        self.requests[request.id] = request
+        self.node = request.hostname
+
+    def context(self, task_id: Any, args: Any, kwargs: Any) -> Any:
+        """The context of request ``task_id``, or what a release needs of it when it is gone."""
+        request = self.requests.get(str(task_id))
+        if request is not None:
+            return Context(request.request_dict)
+        return SimpleNamespace(id=task_id, hostname=self.node, args=args, kwargs=kwargs)
+
+
+_received = _Received()
+
+
+@signals.task_received.connect(weak=False)
+def _tag_queue(sender: Any = None, request: Any = None, **_: Any) -> None:
+    # Runs in the consumer (the parent of prefork children): the request dict is what the
+    # child gets as task.request, so the queue rides along to SingletonTask.__call__.
+    if request is None or not isinstance(request.task, SingletonTask):
+        return
+    task_consumer = getattr(sender, "task_consumer", None)
+    queues: Sequence[Any] = getattr(task_consumer, "queues", None) or list(
+        request.task.app.amqp.queues.values()
+    )
+    tags: Mapping[str, str] = getattr(task_consumer, "_active_tags", None) or {}
+    message = getattr(request, "message", None)
+    delivery_info = getattr(message, "delivery_info", None) or request.delivery_info or {}
+    request.request_dict[QUEUE_FIELD] = consumed_queue(delivery_info, queues, tags)
+    _received.add(request)
+
+
+def _lock_key(task: SingletonTask, context: Any) -> str:
+    """The key a request's execution locks: the one its message carries, else computed from its
+    arguments as the execution did."""
+    carried = getattr(context, KEY_HEADER, None)
+    if isinstance(carried, str) and carried:
+        return carried
+    plan = runtime_for(task.app).plan(task, getattr(context, QUEUE_FIELD, None))
+    return plan.key(task, context.args or (), context.kwargs or {})
+
+
+@signals.worker_init.connect(weak=False)
+def _share_counters(**_: Any) -> None:
+    # Sent in the worker's main process before it forks its pool: the children then count
+    # into the memory the parent answers `inspect redislock_stats` from.
+    counters.share()
+
+
+def _release_for(task: SingletonTask, context: Any, why: str) -> None:
+    """Free, from the parent, the lock a child held for ``context`` (its request)."""
+    try:
+        runtime = runtime_for(task.app)
+        plan = runtime.plan(task, getattr(context, QUEUE_FIELD, None))
+        key = _lock_key(task, context)
+        prefix = holder_prefix(str(context.id), context.hostname)
+        engine = runtime.engine_for(plan.options)  # a lock, or a semaphore's slots
+        if engine.release_holder_prefix(key, prefix, notify=runtime.release_channel(key)):
+            counters.incr("released")
+            logger.info("Released lock %s of %s[%s]: %s", key, task.name, context.id, why)
+    except redis.RedisError as exc:
+        counters.incr("redis_errors")
+        logger.warning(
+            "Could not release the lock of %s[%s] (%s): %r; it expires on its TTL",
+            task.name,
+            context.id,
+            why,
+            exc,
+        )
+    except Exception:  # a signal handler must not break the worker's failure handling
+        logger.exception("Could not release the lock of %s[%s] (%s)", task.name, context.id, why)
+
+
+@signals.task_failure.connect(weak=False)
+def _release_dead_child(
+    sender: Any = None,
+    task_id: str | None = None,
+    exception: BaseException | None = None,
+    args: Any = None,
+    kwargs: Any = None,
+    **_: Any,
+) -> None:
+    # Sent in the parent when a prefork child died mid-task (WorkerLostError) or was killed
+    # at its hard time limit: the child's own release never ran, so free its lock now
+    # instead of after lock_timeout.
+    if not isinstance(sender, SingletonTask):
+        return
+    if isinstance(exception, WorkerLostError):
+        _release_for(sender, sender.request, "its worker process died")
+    elif isinstance(exception, TimeLimitExceeded):
+        # Celery sends this one without the request's context: find the request by its id.
+        context = _received.context(task_id, args, kwargs)
+        _release_for(sender, context, "it was killed at its hard time limit")
+
+
+@signals.task_revoked.connect(weak=False)
+def _release_terminated(sender: Any = None, request: Any = None, terminated: bool = False, **_: Any) -> None:
+    if not isinstance(sender, SingletonTask) or request is None:
+        return
+    if terminated:
+        _release_for(sender, request, "it was revoked and terminated")
+    else:
+        _release_discarded(sender, request)
+
+
+def _release_discarded(task: SingletonTask, request: Any) -> None:
+    """A message Celery discards unrun (expired, or revoked before it ran): free the lock kept
+    for it, taken at enqueue (``{id}@queued``) or handed over by its previous run
+    (``{id}@handover``), instead of leaving it for its TTL. Only messages carrying their key
+    have one; any other holder (a delivery running elsewhere) is left alone."""
+    key = getattr(request, KEY_HEADER, None)
+    if not isinstance(key, str) or not key:
+        return
+    task_id = str(request.id)
+    try:
+        runtime = runtime_for(task.app)
+        for holder in (queued_id(task_id), handover_id(task_id)):
+            if runtime.engine.release(key, holder, notify=runtime.release_channel(key)):
+                counters.incr("released")
+                logger.info("Released lock %s of discarded %s[%s] (%s)", key, task.name, task_id, holder)
+    except redis.RedisError as exc:
+        counters.incr("redis_errors")
+        logger.warning(
+            "Could not release the lock of discarded %s[%s]: %r; it expires on its TTL",
+            task.name,
+            task_id,
+            exc,
+        )
+
+
+@signals.worker_init.connect(weak=False)
+def _check_settings(sender: Any = None, **_: Any) -> None:
+    # Bad redislock_* settings fail the worker at start, not the first task.
+    app: Celery | None = getattr(sender, "app", None)
+    if app is not None and any(isinstance(task, SingletonTask) for task in app.tasks.values()):
+        runtime_for(app)
+
+
+@signals.worker_process_shutdown.connect(weak=False)
+def _release_process_locks(**_: Any) -> None:
+    # A prefork child exiting, or (worker_shutdown below) a solo/threads worker: release what
+    # this process still holds, then stop its renewal thread.
+    renewer = get_renewer()
+    released = renewer.release_all()
+    counters.incr("released", released)
+    renewer.stop()
+
+
+@signals.worker_shutdown.connect(weak=False)
+def _release_at_shutdown(**_: Any) -> None:
+    _release_process_locks()
+
+
+@signals.worker_shutting_down.connect(weak=False)
+def _release_after_cold_shutdown(how: str | None = None, **_: Any) -> None:
+    # A cold shutdown terminates the pool: children normally release in their own cleanup, but
+    # one killed outright cannot. Celery forgets the active requests before the pool is gone
+    # (and sends no worker_shutdown), so note them now and free their locks at exit.
+    if how != "Cold":
+        return
+    from celery.worker import state
+
+    busy = [
+        (r.task, Context(r.request_dict))
+        for r in list(state.active_requests)
+        if isinstance(r.task, SingletonTask)
+    ]
+    if busy:
+        atexit.register(_release_requests, busy)
+
+
+def _release_requests(busy: list[tuple[SingletonTask, Any]]) -> None:
+    for task, context in busy:
+        _release_for(task, context, "the worker was shut down cold")
