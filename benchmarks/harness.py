@@ -33,6 +33,7 @@ from celery_redislock.testing import RedisServer, counting_client
 from tests.worker.conftest import WorkerProcess
 
 from . import workerapp
+from .servers import server_executable, server_version
 from .workerapp import UNAVAILABLE, VARIANTS, make_app
 
 # Commands the harness itself sends to the lock server between measurements.
@@ -59,6 +60,8 @@ class Config:
     variants: tuple[str, ...] = tuple(VARIANTS)
     #: worker pool processes (the machine has 2 cores)
     concurrency: int = 2
+    #: which redis-server runs both servers (see servers.SERVER_CHOICES, or a path)
+    redis_server: str = "default"
 
 
 @dataclass
@@ -81,8 +84,8 @@ class Results:
         return asdict(self)
 
 
-def machine() -> dict[str, str]:
-    """What the figures were measured on."""
+def machine(executable: str) -> dict[str, str]:
+    """What the figures were measured on (``executable``: the redis-server binary)."""
 
     def version(dist: str) -> str:
         try:
@@ -98,8 +101,6 @@ def machine() -> dict[str, str]:
         )
     except (OSError, StopIteration):
         pass
-    server = RedisServer().executable
-    redis_version = subprocess.run([server, "--version"], capture_output=True, text=True, check=False).stdout
     return {
         "cpu": f"{cpu}, {os.cpu_count()} cores",
         "os": platform.platform(),
@@ -107,7 +108,7 @@ def machine() -> dict[str, str]:
         "celery": version("celery"),
         "kombu": version("kombu"),
         "redis-py": version("redis"),
-        "redis-server": redis_version.split()[2].removeprefix("v=") if redis_version else "?",
+        "server": server_version(executable),
         "celery-singleton": version("celery-singleton"),
         "celery-once": version("celery_once"),
         "date": time.strftime("%Y-%m-%d"),
@@ -130,8 +131,10 @@ class Bench:
         self.config = config
         self.workdir = workdir
         self.variants = [v for v in config.variants if v not in UNAVAILABLE]
-        self.main = RedisServer(workdir=str(workdir))  # broker db 0, results db 1, coord db 2
-        self.locks = RedisServer(workdir=str(workdir))  # every lock implementation, alone
+        executable = server_executable(config.redis_server)
+        # broker db 0, results db 1, coord db 2
+        self.main = RedisServer(executable, workdir=str(workdir))
+        self.locks = RedisServer(executable, workdir=str(workdir))  # every lock implementation, alone
         self.worker: WorkerProcess | None = None
         self.app: Celery | None = None
 
@@ -162,13 +165,17 @@ class Bench:
         self.worker.wait_ready(timeout=60)
         # Whose CPU time is counted per task, besides the driver's own (time.process_time).
         self.processes = {
-            "worker": [self.worker.pid, *self.worker.children],
+            "worker_parent": [self.worker.pid],
+            "worker_children": sorted(self.worker.children),
             "lock_redis": [_pid(self.locks)],
             "main_redis": [_pid(self.main)],
         }
         self.app = make_app(**urls)
         self.coord = redis.Redis.from_url(urls["coord"])
         self.admin = self.locks.client()
+        # Every top-level command logged with its server time (see _server_usec).
+        self.admin.config_set("slowlog-max-len", SLOWLOG_MAX)
+        self.admin.config_set("slowlog-log-slower-than", 0)
 
     def stop(self) -> None:
         if self.worker is not None:
@@ -216,14 +223,34 @@ class Bench:
 
     # -- scenario 1 + commandstats ------------------------------------------------------------
 
-    def _commandstats(self) -> Counter[str]:
-        stats = self.admin.info("commandstats")
-        return Counter(
-            {
-                name.removeprefix("cmdstat_"): int(value["calls"])
-                for name, value in stats.items()
-                if name.removeprefix("cmdstat_").split("|")[0] not in HARNESS_COMMANDS
-            }
+    def _commandstats(self) -> tuple[Counter[str], Counter[str]]:
+        """Calls and server microseconds so far, by command, on the lock's Redis (the harness's
+        own commands left out). A script's inner commands are counted here on their own too, and
+        their time is also in the script's: for the server time of what clients sent, see
+        _server_usec."""
+        calls: Counter[str] = Counter()
+        usec: Counter[str] = Counter()
+        for name, value in self.admin.info("commandstats").items():
+            command = name.removeprefix("cmdstat_")
+            if command.split("|")[0] not in HARNESS_COMMANDS:
+                calls[command] = int(value["calls"])
+                usec[command] = int(value["usec"])
+        return calls, usec
+
+    def _server_usec(self) -> float:
+        """Server microseconds of the commands clients sent since the last call, from SLOWLOG
+        (on with a threshold of 0 on the lock's Redis: it logs each top-level command with its
+        duration, a script as one entry including its inner commands), then reset."""
+        entries = self.admin.slowlog_get(SLOWLOG_MAX)
+        self.admin.slowlog_reset()
+        if len(entries) >= SLOWLOG_MAX:
+            raise RuntimeError(f"more than {SLOWLOG_MAX} commands in one batch: the slowlog dropped some")
+        return float(
+            sum(
+                int(entry["duration"])
+                for entry in entries
+                if _command_name(entry["command"]) not in HARNESS_COMMANDS
+            )
         )
 
     def _cpu(self) -> dict[str, float]:
@@ -248,15 +275,19 @@ class Bench:
         config = self.config
         rates: dict[str, list[float]] = {v: [] for v in self.variants}
         commands: dict[str, Counter[str]] = {v: Counter() for v in self.variants}
+        usecs: dict[str, Counter[str]] = {v: Counter() for v in self.variants}
+        server_us: dict[str, list[float]] = {v: [] for v in self.variants}
         cpu: dict[str, list[dict[str, float]]] = {v: [] for v in self.variants}
         counter = 0
         for repeat in range(config.repeats + 1):  # repeat 0 warms up
             for variant in self.order(repeat):
                 calls = [(counter + i,) for i in range(config.n)]
                 counter += config.n
-                before, cpu_before = self._commandstats(), self._cpu()
+                self._server_usec()
+                (before, usec_before), cpu_before = self._commandstats(), self._cpu()
                 seconds, results = self._run_batch(variant, "noop", calls)
-                after, cpu_after = self._commandstats(), self._cpu()
+                (after, usec_after), cpu_after = self._commandstats(), self._cpu()
+                server = self._server_usec()
                 values = [r.result for r in results]
                 if values != [c[0] for c in calls]:
                     bad = next(v for v, c in zip(values, calls) if v != c[0])
@@ -264,6 +295,8 @@ class Bench:
                 if repeat:
                     rates[variant].append(config.n / seconds)
                     commands[variant].update(after - before)
+                    usecs[variant].update(usec_after - usec_before)
+                    server_us[variant].append(server / config.n)
                     used = {k: (cpu_after[k] - cpu_before[k]) / config.n * 1e6 for k in cpu_after}
                     cpu[variant].append({**used, "all": sum(used.values())})
         out = {}
@@ -280,6 +313,13 @@ class Bench:
                 ),
                 "cpu_us_per_task": {
                     k: statistics.median(row[k] for row in cpu[variant]) for k in cpu[variant][0]
+                },
+                # Server time of what clients sent (SLOWLOG): a script's inner commands inside it.
+                "server_us_per_task": statistics.median(server_us[variant]),
+                "usec_per_call": {
+                    name: usecs[variant][name] / calls
+                    for name, calls in sorted(commands[variant].items())
+                    if calls
                 },
                 "commands_per_task": sum(commands[variant].values()) / total,
                 "commands": {name: calls / total for name, calls in sorted(commands[variant].items())},
@@ -391,6 +431,15 @@ class Bench:
         return out
 
 
+#: Slowlog entries kept: more than any batch's commands.
+SLOWLOG_MAX = 100_000
+
+
+def _command_name(command: bytes | str) -> str:
+    text = command.decode("utf-8", "replace") if isinstance(command, bytes) else command
+    return text.split(" ", 1)[0].lower()
+
+
 def _paired_ratio(values: Sequence[float], plain: Sequence[float] | None) -> float:
     """Median of ``values[i] / plain[i]``: NaN without a plain run to compare with."""
     if not plain:
@@ -454,7 +503,11 @@ def monitor(server: RedisServer) -> Iterator[dict[str, Counter[str]]]:
 def run(config: Config, progress: Any = None) -> Results:
     """Run every scenario; ``progress(text)`` is told what runs."""
     say = progress or (lambda text: None)
-    results = Results(config=asdict(config), machine=machine(), unavailable=dict(UNAVAILABLE))
+    results = Results(
+        config=asdict(config),
+        machine=machine(server_executable(config.redis_server)),
+        unavailable=dict(UNAVAILABLE),
+    )
     with tempfile.TemporaryDirectory(prefix="redislock-bench-") as workdir:
         bench = Bench(config, Path(workdir))
         try:

@@ -46,17 +46,21 @@ def markdown(results: dict[str, Any], command: str) -> str:
         "MONITOR: what clients sent; commands from `INFO commandstats`, which also counts what a "
         "Lua script runs).",
         "",
-        "CPU: microseconds of CPU time per task used by the worker (parent and children), the "
+        "CPU: microseconds of CPU time per task used by the worker's pool processes (where a "
+        "task runs and takes its lock), the worker's parent (which receives the messages), the "
         "lock's Redis, and all processes (worker, both Redis servers, the sending process); it is "
-        "less disturbed by other load on the machine than tasks/s.",
+        "less disturbed by other load on the machine than tasks/s. Server: the lock Redis's own "
+        "time in the commands clients sent (SLOWLOG durations, a script's including its inner "
+        "commands), per task.",
         "",
         "vs plain: the median over repeats of tasks/s divided by plain's tasks/s in the same "
         "repeat; by CPU: plain's CPU per task divided by the variant's (the throughput ratio a "
         "machine with no spare CPU would see).",
         "",
-        "| variant | tasks/s | vs plain | vs plain, by CPU | CPU µs/task: worker | lock Redis | all "
-        "| round trips/task | commands/task | round trips | in scripts |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| variant | tasks/s | vs plain | vs plain, by CPU | CPU µs/task: pool children | worker parent "
+        "| lock Redis | all | lock Redis server µs/task | round trips/task | commands/task "
+        "| round trips | in scripts |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for variant, row in results["uncontended"].items():
         trips = results["trips"].get(variant, {})
@@ -64,7 +68,8 @@ def markdown(results: dict[str, Any], command: str) -> str:
         lines.append(
             f"| {LABELS.get(variant, variant)} | {_fmt(row['tasks_per_s'], 0)} | {_fmt(row['ratio'])}x "
             f"| {_fmt(row['cpu_ratio'])}x "
-            f"| {_fmt(cpu['worker'], 0)} | {_fmt(cpu['lock_redis'], 0)} | {_fmt(cpu['all'], 0)} "
+            f"| {_fmt(cpu['worker_children'], 0)} | {_fmt(cpu['worker_parent'], 0)} "
+            f"| {_fmt(cpu['lock_redis'], 0)} | {_fmt(cpu['all'], 0)} | {_fmt(row['server_us_per_task'], 1)} "
             f"| {_fmt(trips.get('round_trips_per_task', float('nan')))} "
             f"| {_fmt(row['commands_per_task'])} | {_breakdown(trips.get('round_trips', {}))} "
             f"| {_breakdown(trips.get('in_scripts', {}))} |"

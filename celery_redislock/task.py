@@ -216,10 +216,19 @@ class SingletonTask(Task[Any, Any]):
         pid = holder[len(prefix) :].split(":", 1)[0]
         return pid.isdigit() and not process_alive(int(pid))
 
-    def _try_acquire(self, runtime: Runtime, options: LockOptions, key: str, holder: str) -> AcquireResult:
+    def _try_acquire(
+        self, runtime: Runtime, options: LockOptions, key: str, holder: str, *, expect_free: bool = True
+    ) -> AcquireResult:
         # An execution takes over its own hand-over (a retry) and any lock taken at enqueue.
+        # A task locked at enqueue finds its key held (by its own @queued lock): straight to
+        # the acquire script, not a SET NX that must fail first.
         return runtime.engine.acquire(
-            key, holder, options.timeout_ms, handover_id(self._task_id), takeover_suffix=QUEUED_SUFFIX
+            key,
+            holder,
+            options.timeout_ms,
+            handover_id(self._task_id),
+            takeover_suffix=QUEUED_SUFFIX,
+            expect_free=expect_free and getattr(self.request, KEY_HEADER, None) is None,
         )
 
     def _wait(self, runtime: Runtime, options: LockOptions, key: str, holder: str) -> AcquireResult:
@@ -227,7 +236,7 @@ class SingletonTask(Task[Any, Any]):
         result = wait_for(
             runtime.engine.client,
             runtime.release_channel(key),
-            lambda: self._try_acquire(runtime, options, key, holder),
+            lambda: self._try_acquire(runtime, options, key, holder, expect_free=False),
             lambda r: r.acquired,
             options.acquire_timeout,
             WAIT_FALLBACK_POLL,
