@@ -211,6 +211,45 @@ class BatchRenewal:
         raise NotImplementedError
 
 
+#: Leases per renewal script call. A script holds Redis for as long as it runs (2 to 3 µs a
+#: lock, measured in README, Benchmarks), so a batch is cut into calls of at most this many,
+#: pipelined in one round trip: other clients are served between two calls.
+RENEW_CHUNK = 1000
+
+
+def chunks(batch: Sequence[Lease], size: int = RENEW_CHUNK) -> list[Sequence[Lease]]:
+    """``batch`` cut into runs of at most ``size`` leases, in order."""
+    return [batch[start : start + size] for start in range(0, len(batch), size)]
+
+
+def pipelined_scripts(
+    client: redis.Redis, script: Script, calls: Sequence[tuple[Sequence[str], Sequence[str]]]
+) -> list[Any]:
+    """The replies of ``script`` called once per ``(keys, args)``, all EVALSHAs in one pipeline
+    (one round trip). Calls answered NOSCRIPT (a restarted Redis) are sent again once the
+    script is loaded; any other error is raised."""
+    replies: list[Any] = [None] * len(calls)
+    pending = list(range(len(calls)))
+    for attempt in range(2):
+        pipe = client.pipeline(transaction=False)
+        for index in pending:
+            keys, args = calls[index]
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+        missing = []
+        for index, reply in zip(pending, pipe.execute(raise_on_error=False)):
+            if isinstance(reply, NoScriptError) and not attempt:
+                missing.append(index)
+            elif isinstance(reply, Exception):
+                raise reply
+            else:
+                replies[index] = reply
+        if not missing:
+            break
+        client.script_load(script.script)
+        pending = missing
+    return replies
+
+
 class LockEngine(BatchRenewal):
     """The Redis side of a lock: every operation is one script call, so one round trip.
 
@@ -290,10 +329,14 @@ class LockEngine(BatchRenewal):
         return None if value is None else as_text(value)
 
     def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
-        args: list[str] = []
-        for lease in batch:
-            args += (lease.holder, _ttl(lease.ttl_ms))
-        return _renew_report(batch, self._renew(keys=[lease.key for lease in batch], args=args))
+        calls = []
+        for chunk in chunks(batch):
+            args: list[str] = []
+            for lease in chunk:
+                args += (lease.holder, _ttl(lease.ttl_ms))
+            calls.append(([lease.key for lease in chunk], args))
+        assert isinstance(self.client, redis.Redis)  # a cluster's engine overrides this
+        return _renew_report(batch, _flatten(pipelined_scripts(self.client, self._renew, calls)))
 
     # -- many keys at once: listing and purging (the CLI) ------------------------------------
 
@@ -356,20 +399,15 @@ class ClusterLockEngine(LockEngine):
         yield from by_node.values()
 
     def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
-        node = self._node_of(batch[0].key)
-        args: list[str] = []
-        for lease in batch:
-            args += (lease.key, lease.holder, _ttl(lease.ttl_ms))
-        try:
-            replies = self._renew_on(node, args)
-        except redis.exceptions.NoScriptError:
-            self.client.script_load(self._renew.script)  # on every primary
-            replies = self._renew_on(node, args)
-        return _renew_report(batch, replies)
-
-    def _renew_on(self, node: Any, args: Sequence[str]) -> Any:
-        execute = self.client.execute_command
-        return execute("EVALSHA", self._renew.sha, 0, *args, target_nodes=node)  # type: ignore[no-untyped-call]
+        # The node's own client: a cluster pipeline refuses EVALSHA, a node's does not.
+        node_client = self.client.get_redis_connection(self._node_of(batch[0].key))
+        calls = []
+        for chunk in chunks(batch):
+            args: list[str] = []
+            for lease in chunk:
+                args += (lease.key, lease.holder, _ttl(lease.ttl_ms))
+            calls.append(((), args))
+        return _renew_report(batch, _flatten(pipelined_scripts(node_client, self._renew, calls)))
 
     def _node_of(self, key: str) -> Any:
         """The primary serving ``key``'s slot, as the client's slot map says."""
@@ -425,6 +463,11 @@ def _renew_report(batch: Sequence[Lease], replies: Any) -> RenewReport:
         else:
             report.stolen.append((lease, as_text(reply)))
     return report
+
+
+def _flatten(replies: Sequence[Any]) -> list[Any]:
+    """The per-lease replies of several renewal calls, in order."""
+    return [reply for call in replies for reply in call]
 
 
 def _ttl(ttl_ms: int) -> str:
@@ -556,11 +599,18 @@ class SemaphoreEngine(BatchRenewal):
         return [_semaphore_state(reply) for reply in pipe.execute()]
 
     def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
+        return _renew_report(batch, _flatten(self._renew_calls([self._renew_call(c) for c in chunks(batch)])))
+
+    def _renew_call(self, chunk: Sequence[Lease]) -> tuple[Sequence[str], Sequence[str]]:
         args: list[str] = []
-        for lease in batch:
+        for lease in chunk:
             limit = lease.limit if isinstance(lease, SemaphoreLease) else 1
             args += (lease.holder, _ttl(lease.ttl_ms), str(limit), release_channel(lease.key))
-        return _renew_report(batch, self._renew(keys=[lease.key for lease in batch], args=args))
+        return [lease.key for lease in chunk], args
+
+    def _renew_calls(self, calls: Sequence[tuple[Sequence[str], Sequence[str]]]) -> list[Any]:
+        assert isinstance(self.client, redis.Redis)
+        return pipelined_scripts(self.client, self._renew, calls)
 
 
 class ClusterSemaphoreEngine(SemaphoreEngine):
@@ -575,6 +625,12 @@ class ClusterSemaphoreEngine(SemaphoreEngine):
         for lease in leases:
             by_slot.setdefault(self.client.keyslot(lease.key), []).append(lease)  # type: ignore[no-untyped-call]
         yield from by_slot.values()
+
+    def _renew_calls(self, calls: Sequence[tuple[Sequence[str], Sequence[str]]]) -> list[Any]:
+        # One slot's semaphores, more than RENEW_CHUNK of them only at a scale a cluster spreads
+        # over slots: the chunks go one by one, through the cluster client (which follows a
+        # slot that moved), not in one pipeline (a cluster pipeline refuses EVALSHA).
+        return [self._renew(keys=keys, args=args) for keys, args in calls]
 
     def states(self, keys: Sequence[str]) -> list[SemaphoreState | None]:
         # A cluster pipeline refuses EVALSHA: one call per semaphore, each to its node.
