@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -26,7 +26,7 @@ from celery import Celery
 from celery.result import EagerResult
 
 from celery_redislock.engine import Lease, LockEngine
-from celery_redislock.keys import digest, format_key
+from celery_redislock.keys import digest, format_key, release_channel
 from celery_redislock.renewal import Renewer
 from celery_redislock.runtime import holder_id
 from celery_redislock.testing import RedisServer, counting_client
@@ -209,17 +209,42 @@ class Bench:
             client.ping()
             t1 = time.perf_counter()
             engine.acquire(key, holder, 30_000)
-            engine.release(key, holder)
+            engine.release(key, holder, notify=release_channel(key))
             t2 = time.perf_counter()
             if i >= 100:
                 pings.append(t1 - t0)
                 pairs.append(t2 - t1)
-        client.close()
-        engine.client.close()
-        return {
+        floor = {
             "ping_us": statistics.median(pings) * 1e6,
             "acquire_release_us": statistics.median(pairs) * 1e6,
+            **self._server_pairs(client, engine, key, holder),
         }
+        client.close()
+        engine.client.close()
+        return floor
+
+    def _server_pairs(
+        self, client: redis.Redis, engine: LockEngine, key: str, holder: str
+    ) -> dict[str, float]:
+        """Server µs of one uncontended pair, ours (SET NX + release script) against the peers'
+        (SET NX + DEL), with nothing else running: the least disturbed server figure."""
+        pairs: dict[str, Callable[[], object]] = {
+            "server_pair_us": lambda: (
+                engine.acquire(key, holder, 30_000),
+                engine.release(key, holder, notify=release_channel(key)),
+            ),
+            "server_peer_pair_us": lambda: (client.set(key, holder, nx=True, px=30_000), client.delete(key)),
+        }
+        out = {}
+        for name, pair in pairs.items():
+            best = float("inf")
+            for _ in range(3):  # the least disturbed of three runs
+                self._server_usec()
+                for _ in range(self.config.pings):
+                    pair()
+                best = min(best, self._server_usec() / self.config.pings)
+            out[name] = best
+        return out
 
     # -- scenario 1 + commandstats ------------------------------------------------------------
 
@@ -385,6 +410,7 @@ class Bench:
         engine = LockEngine(client)
         for size in self.config.renewal_sizes:
             self.admin.flushall()
+            self.admin.slowlog_reset()  # its entries take memory too: not the locks'
             memory_before = int(self.admin.info("memory")["used_memory"])
             task_id = str(uuid.uuid4())
             leases = [
@@ -396,6 +422,7 @@ class Bench:
                 for i in range(size)
             ]
             _take(engine, leases)
+            self.admin.slowlog_reset()
             memory_after = int(self.admin.info("memory")["used_memory"])
             renewer = Renewer()
             for lease in leases:

@@ -144,12 +144,28 @@ class Measured:
     child_sys_us: float
     parent_us: float
     server_us: float
+    #: context switches per task of the children's other threads (the renewal thread)
+    thread_switches: float
     #: command -> (calls per task, server µs per call), from INFO commandstats
     commands: dict[str, tuple[float, float]]
 
     @property
     def child_us(self) -> float:
         return self.child_user_us + self.child_sys_us
+
+
+def thread_switches(pids: Sequence[int]) -> int:
+    """Context switches so far of the processes' threads other than their main one (in a pool
+    child: the renewal thread): a thread woken per task shows here, not in py-spy, which
+    cannot tell a thread waiting on a lock from one running."""
+    total = 0
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            if task.name == str(pid):
+                continue
+            status = (task / "status").read_text()
+            total += sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line)
+    return total
 
 
 def measure(bench: Bench, variant: str, n: int, start: int) -> Measured:
@@ -161,7 +177,9 @@ def measure(bench: Bench, variant: str, n: int, start: int) -> Measured:
     bench.admin.config_resetstat()
     user0, sys0 = child_cpu(children)
     parent0 = cpu_seconds(bench.worker.pid)
+    switches0 = thread_switches(children)
     seconds, _ = bench._run_batch(variant, "noop", [(start + i,) for i in range(n)])
+    switches = (thread_switches(children) - switches0) / n
     user1, sys1 = child_cpu(children)
     parent1 = cpu_seconds(bench.worker.pid)
     server = bench._server_usec()
@@ -177,6 +195,7 @@ def measure(bench: Bench, variant: str, n: int, start: int) -> Measured:
         (sys1 - sys0) * per_task,
         (parent1 - parent0) * per_task,
         server / n,
+        switches,
         commands,
     )
 
@@ -256,6 +275,7 @@ def report(
         ("worker children, CPU µs/task", "child_us"),
         ("worker parent, CPU µs/task", "parent_us"),
         ("lock Redis, server µs/task (SLOWLOG)", "server_us"),
+        ("context switches/task of the children's other threads", "thread_switches"),
     ):
         if attribute is None:
             a, b = n / plain.seconds, n / mine.seconds
