@@ -42,11 +42,14 @@ BUCKETS = (
     ("ours: engine (building the call, reading the reply)", "engine"),
     ("ours: task glue (SingletonTask)", "task"),
     ("redis-py command path (lock calls)", "redis-py"),
-    ("kernel: socket send/recv (lock calls)", "socket"),
+    ("socket calls, lock (running or waiting)", "socket"),
     ("Celery, kombu, billiard (not the lock)", "celery"),
-    ("kernel: socket send/recv (Celery's)", "celery-socket"),
-    ("renewal thread (woken)", "renewal-thread"),
+    ("socket calls, Celery's (running or waiting)", "celery-socket"),
+    ("renewal thread (running or waiting)", "renewal-thread"),
 )
+
+#: Buckets whose samples may be a thread waiting, not running.
+_WAITING = frozenset({"socket", "celery-socket", "renewal-thread"})
 
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>.*?)(?::(?P<line>\d+))?\)$")
 
@@ -282,19 +285,24 @@ def report(
         else:
             a, b = getattr(plain, attribute), getattr(mine, attribute)
         lines.append(f"| {label} | {a:,.1f} | {b:,.1f} | {b - a:+,.1f} |")
-    to_us = 1e6 / rate / n  # one sample of an on-CPU thread: 1/rate s of its time
+    # Samples that are Python running: not a socket call (py-spy counts a thread blocked in
+    # one as running) nor the renewal thread's wait (the same). Their shares split the
+    # children's user CPU; the kernel's part is the system CPU above.
+    running = sum(samples[name] for _, name in BUCKETS if name not in _WAITING) or 1
+    to_us = mine.child_user_us / running
     lines += [
         "",
-        f"py-spy on the {variant} children ({sum(samples.values()):,} samples at {rate} Hz; µs/task = "
-        "samples / rate / tasks). py-spy cannot tell a thread blocked in a socket read from one "
-        "running it, so the socket rows count waiting too: the kernel's real share is the system "
-        "CPU difference above.",
+        f"py-spy on the {variant} children ({sum(samples.values()):,} samples at {rate} Hz). py-spy "
+        "cannot tell a thread blocked in a socket read or on a lock from one running, so those "
+        "rows are sample counts only; the other rows split the children's user CPU per task by "
+        "their share of the running samples. The kernel's share is the system CPU above.",
         "",
         "| where | samples | µs/task |",
         "|---|---:|---:|",
     ]
     for label, name in BUCKETS:
-        lines.append(f"| {label} | {samples[name]:,} | {samples[name] * to_us:,.1f} |")
+        us = "-" if name in _WAITING else f"{samples[name] * to_us:,.1f}"
+        lines.append(f"| {label} | {samples[name]:,} | {us} |")
     lines += [
         "",
         "Lock Redis, `INFO commandstats` (calls per task; µs per call, a script's including its commands):",

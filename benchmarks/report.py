@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from celery_redislock.engine import RENEW_CHUNK
+
 #: What a variant is, in the tables.
 LABELS = {
     "plain": "plain Celery task",
@@ -97,7 +99,7 @@ def markdown(results: dict[str, Any], command: str) -> str:
         "",
         "Server time: `INFO commandstats` usec of the script calls of one cycle. Longest call: "
         "the longest single script call of any cycle (SLOWLOG), how long Redis served nobody "
-        "else; the batch is cut into calls of 1 000 locks, pipelined in one round trip. Wall: "
+        f"else; the batch is cut into calls of {RENEW_CHUNK:,} locks, pipelined in one round trip. Wall: "
         "the cycle as the process sees it (building the calls, the round trip, reading the "
         "replies). The peers do not renew (a fixed TTL), so this is ours alone.",
         "",
