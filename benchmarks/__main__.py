@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
 
 from .harness import Config, run
 from .report import write
+from .servers import SERVER_CHOICES
 
 DEFAULT_OUT = Path(__file__).parent / "results"
 
@@ -25,13 +27,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="tiny sizes: checks the harness, measures nothing"
     )
+    parser.add_argument(
+        "--redis-server",
+        default=Config.redis_server,
+        help="the server binary for both servers: "
+        + "; ".join(f"{name}: {what}" for name, what in SERVER_CHOICES.items())
+        + "; or a path",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where results.md/.png/.json go")
     args = parser.parse_args(argv)
     config = Config(
-        n=args.n, repeats=args.repeats, renewal_sizes=tuple(int(s) for s in args.renewal_sizes.split(","))
+        n=args.n,
+        repeats=args.repeats,
+        renewal_sizes=tuple(int(s) for s in args.renewal_sizes.split(",")),
+        redis_server=args.redis_server,
     )
     if args.quick:
-        config = quick_config()
+        config = dataclasses.replace(quick_config(), redis_server=args.redis_server)
     command = "python -m benchmarks" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
     started = time.monotonic()
 

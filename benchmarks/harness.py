@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -28,10 +28,11 @@ from celery.result import EagerResult
 from celery_redislock.contrib.testing import RedisServer, WorkerProcess, counting_client
 from celery_redislock.engine import Lease, LockEngine
 from celery_redislock.holders import holder_id
-from celery_redislock.keys import digest, format_key
+from celery_redislock.keys import digest, format_key, release_channel
 from celery_redislock.renewal import Renewer
 
 from . import workerapp
+from .servers import server_executable, server_version
 from .workerapp import UNAVAILABLE, VARIANTS, make_app
 
 # Commands the harness itself sends to the lock server between measurements.
@@ -58,6 +59,8 @@ class Config:
     variants: tuple[str, ...] = tuple(VARIANTS)
     #: worker pool processes (the machine has 2 cores)
     concurrency: int = 2
+    #: which redis-server runs both servers (see servers.SERVER_CHOICES, or a path)
+    redis_server: str = "default"
 
 
 @dataclass
@@ -80,8 +83,8 @@ class Results:
         return asdict(self)
 
 
-def machine() -> dict[str, str]:
-    """What the figures were measured on."""
+def machine(executable: str) -> dict[str, str]:
+    """What the figures were measured on (``executable``: the redis-server binary)."""
 
     def version(dist: str) -> str:
         try:
@@ -97,8 +100,6 @@ def machine() -> dict[str, str]:
         )
     except (OSError, StopIteration):
         pass
-    server = RedisServer().executable
-    redis_version = subprocess.run([server, "--version"], capture_output=True, text=True, check=False).stdout
     return {
         "cpu": f"{cpu}, {os.cpu_count()} cores",
         "os": platform.platform(),
@@ -106,7 +107,7 @@ def machine() -> dict[str, str]:
         "celery": version("celery"),
         "kombu": version("kombu"),
         "redis-py": version("redis"),
-        "redis-server": redis_version.split()[2].removeprefix("v=") if redis_version else "?",
+        "server": server_version(executable),
         "celery-singleton": version("celery-singleton"),
         "celery-once": version("celery_once"),
         "date": time.strftime("%Y-%m-%d"),
@@ -129,8 +130,10 @@ class Bench:
         self.config = config
         self.workdir = workdir
         self.variants = [v for v in config.variants if v not in UNAVAILABLE]
-        self.main = RedisServer(workdir=str(workdir))  # broker db 0, results db 1, coord db 2
-        self.locks = RedisServer(workdir=str(workdir))  # every lock implementation, alone
+        executable = server_executable(config.redis_server)
+        # broker db 0, results db 1, coord db 2
+        self.main = RedisServer(executable, workdir=str(workdir))
+        self.locks = RedisServer(executable, workdir=str(workdir))  # every lock implementation, alone
         self.worker: WorkerProcess | None = None
         self.app: Celery | None = None
 
@@ -161,13 +164,17 @@ class Bench:
         self.worker.wait_ready(timeout=60)
         # Whose CPU time is counted per task, besides the driver's own (time.process_time).
         self.processes = {
-            "worker": [self.worker.pid, *self.worker.children],
+            "worker_parent": [self.worker.pid],
+            "worker_children": sorted(self.worker.children),
             "lock_redis": [_pid(self.locks)],
             "main_redis": [_pid(self.main)],
         }
         self.app = make_app(**urls)
         self.coord = redis.Redis.from_url(urls["coord"])
         self.admin = self.locks.client()
+        # Every top-level command logged with its server time (see _server_usec).
+        self.admin.config_set("slowlog-max-len", SLOWLOG_MAX)
+        self.admin.config_set("slowlog-log-slower-than", 0)
 
     def stop(self) -> None:
         if self.worker is not None:
@@ -201,28 +208,73 @@ class Bench:
             client.ping()
             t1 = time.perf_counter()
             engine.acquire(key, holder, 30_000)
-            engine.release(key, holder)
+            engine.release(key, holder, notify=release_channel(key))
             t2 = time.perf_counter()
             if i >= 100:
                 pings.append(t1 - t0)
                 pairs.append(t2 - t1)
-        client.close()
-        engine.client.close()
-        return {
+        floor = {
             "ping_us": statistics.median(pings) * 1e6,
             "acquire_release_us": statistics.median(pairs) * 1e6,
+            **self._server_pairs(client, engine, key, holder),
         }
+        client.close()
+        engine.client.close()
+        return floor
+
+    def _server_pairs(
+        self, client: redis.Redis, engine: LockEngine, key: str, holder: str
+    ) -> dict[str, float]:
+        """Server µs of one uncontended pair, ours (SET NX + release script) against the peers'
+        (SET NX + DEL), with nothing else running: the least disturbed server figure."""
+        pairs: dict[str, Callable[[], object]] = {
+            "server_pair_us": lambda: (
+                engine.acquire(key, holder, 30_000),
+                engine.release(key, holder, notify=release_channel(key)),
+            ),
+            "server_peer_pair_us": lambda: (client.set(key, holder, nx=True, px=30_000), client.delete(key)),
+        }
+        out = {}
+        for name, pair in pairs.items():
+            best = float("inf")
+            for _ in range(3):  # the least disturbed of three runs
+                self._server_usec()
+                for _ in range(self.config.pings):
+                    pair()
+                best = min(best, self._server_usec() / self.config.pings)
+            out[name] = best
+        return out
 
     # -- scenario 1 + commandstats ------------------------------------------------------------
 
-    def _commandstats(self) -> Counter[str]:
-        stats = self.admin.info("commandstats")
-        return Counter(
-            {
-                name.removeprefix("cmdstat_"): int(value["calls"])
-                for name, value in stats.items()
-                if name.removeprefix("cmdstat_").split("|")[0] not in HARNESS_COMMANDS
-            }
+    def _commandstats(self) -> tuple[Counter[str], Counter[str]]:
+        """Calls and server microseconds so far, by command, on the lock's Redis (the harness's
+        own commands left out). A script's inner commands are counted here on their own too, and
+        their time is also in the script's: for the server time of what clients sent, see
+        _server_usec."""
+        calls: Counter[str] = Counter()
+        usec: Counter[str] = Counter()
+        for name, value in self.admin.info("commandstats").items():
+            command = name.removeprefix("cmdstat_")
+            if command.split("|")[0] not in HARNESS_COMMANDS:
+                calls[command] = int(value["calls"])
+                usec[command] = int(value["usec"])
+        return calls, usec
+
+    def _server_usec(self) -> float:
+        """Server microseconds of the commands clients sent since the last call, from SLOWLOG
+        (on with a threshold of 0 on the lock's Redis: it logs each top-level command with its
+        duration, a script as one entry including its inner commands), then reset."""
+        entries = self.admin.slowlog_get(SLOWLOG_MAX)
+        self.admin.slowlog_reset()
+        if len(entries) >= SLOWLOG_MAX:
+            raise RuntimeError(f"more than {SLOWLOG_MAX} commands in one batch: the slowlog dropped some")
+        return float(
+            sum(
+                int(entry["duration"])
+                for entry in entries
+                if _command_name(entry["command"]) not in HARNESS_COMMANDS
+            )
         )
 
     def _cpu(self) -> dict[str, float]:
@@ -247,15 +299,19 @@ class Bench:
         config = self.config
         rates: dict[str, list[float]] = {v: [] for v in self.variants}
         commands: dict[str, Counter[str]] = {v: Counter() for v in self.variants}
+        usecs: dict[str, Counter[str]] = {v: Counter() for v in self.variants}
+        server_us: dict[str, list[float]] = {v: [] for v in self.variants}
         cpu: dict[str, list[dict[str, float]]] = {v: [] for v in self.variants}
         counter = 0
         for repeat in range(config.repeats + 1):  # repeat 0 warms up
             for variant in self.order(repeat):
                 calls = [(counter + i,) for i in range(config.n)]
                 counter += config.n
-                before, cpu_before = self._commandstats(), self._cpu()
+                self._server_usec()
+                (before, usec_before), cpu_before = self._commandstats(), self._cpu()
                 seconds, results = self._run_batch(variant, "noop", calls)
-                after, cpu_after = self._commandstats(), self._cpu()
+                (after, usec_after), cpu_after = self._commandstats(), self._cpu()
+                server = self._server_usec()
                 values = [r.result for r in results]
                 if values != [c[0] for c in calls]:
                     bad = next(v for v, c in zip(values, calls) if v != c[0])
@@ -263,6 +319,8 @@ class Bench:
                 if repeat:
                     rates[variant].append(config.n / seconds)
                     commands[variant].update(after - before)
+                    usecs[variant].update(usec_after - usec_before)
+                    server_us[variant].append(server / config.n)
                     used = {k: (cpu_after[k] - cpu_before[k]) / config.n * 1e6 for k in cpu_after}
                     cpu[variant].append({**used, "all": sum(used.values())})
         out = {}
@@ -279,6 +337,13 @@ class Bench:
                 ),
                 "cpu_us_per_task": {
                     k: statistics.median(row[k] for row in cpu[variant]) for k in cpu[variant][0]
+                },
+                # Server time of what clients sent (SLOWLOG): a script's inner commands inside it.
+                "server_us_per_task": statistics.median(server_us[variant]),
+                "usec_per_call": {
+                    name: usecs[variant][name] / calls
+                    for name, calls in sorted(commands[variant].items())
+                    if calls
                 },
                 "commands_per_task": sum(commands[variant].values()) / total,
                 "commands": {name: calls / total for name, calls in sorted(commands[variant].items())},
@@ -344,6 +409,7 @@ class Bench:
         engine = LockEngine(client)
         for size in self.config.renewal_sizes:
             self.admin.flushall()
+            self.admin.slowlog_reset()  # its entries take memory too: not the locks'
             memory_before = int(self.admin.info("memory")["used_memory"])
             task_id = str(uuid.uuid4())
             leases = [
@@ -355,14 +421,16 @@ class Bench:
                 for i in range(size)
             ]
             _take(engine, leases)
+            self.admin.slowlog_reset()
             memory_after = int(self.admin.info("memory")["used_memory"])
             renewer = Renewer()
             for lease in leases:
                 renewer.add(engine, lease, 3600.0)  # the timer thread never fires: cycles run here
-            walls, usecs, round_trips = [], [], []
+            walls, usecs, round_trips, longest = [], [], [], []
             try:
                 for cycle in range(self.config.renewal_repeats + 1):  # cycle 0 warms up
                     self.admin.config_resetstat()
+                    self.admin.slowlog_reset()
                     trips.count = 0
                     t0 = time.perf_counter()
                     report = renewer.renew_now()
@@ -370,7 +438,14 @@ class Bench:
                     if len(report.renewed) != size:
                         raise RuntimeError(f"renewed {len(report.renewed)} of {size} locks: {report}")
                     stats = self.admin.info("commandstats")
+                    calls = [
+                        int(entry["duration"])
+                        for entry in self.admin.slowlog_get(SLOWLOG_MAX)
+                        if _command_name(entry["command"]) not in HARNESS_COMMANDS
+                    ]
                     if cycle:
+                        # How long Redis served nobody else: its longest single command.
+                        longest.append(max(calls, default=0) / 1000)
                         walls.append(wall)
                         round_trips.append(trips.count)
                         usecs.append(
@@ -382,12 +457,22 @@ class Bench:
                 "locks": size,
                 "round_trips": statistics.median(round_trips),
                 "server_ms": statistics.median(usecs) / 1000,
+                "longest_call_ms": max(longest),
                 "wall_ms": statistics.median(walls) * 1000,
                 "bytes_per_lock": (memory_after - memory_before) / size,
             }
         self.admin.flushall()
         client.close()
         return out
+
+
+#: Slowlog entries kept: more than any batch's commands.
+SLOWLOG_MAX = 100_000
+
+
+def _command_name(command: bytes | str) -> str:
+    text = command.decode("utf-8", "replace") if isinstance(command, bytes) else command
+    return text.split(" ", 1)[0].lower()
 
 
 def _paired_ratio(values: Sequence[float], plain: Sequence[float] | None) -> float:
@@ -453,7 +538,11 @@ def monitor(server: RedisServer) -> Iterator[dict[str, Counter[str]]]:
 def run(config: Config, progress: Any = None) -> Results:
     """Run every scenario; ``progress(text)`` is told what runs."""
     say = progress or (lambda text: None)
-    results = Results(config=asdict(config), machine=machine(), unavailable=dict(UNAVAILABLE))
+    results = Results(
+        config=asdict(config),
+        machine=machine(server_executable(config.redis_server)),
+        unavailable=dict(UNAVAILABLE),
+    )
     with tempfile.TemporaryDirectory(prefix="redislock-bench-") as workdir:
         bench = Bench(config, Path(workdir))
         try:

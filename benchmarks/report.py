@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from celery_redislock.engine import RENEW_CHUNK
+
 #: What a variant is, in the tables.
 LABELS = {
     "plain": "plain Celery task",
@@ -46,17 +48,21 @@ def markdown(results: dict[str, Any], command: str) -> str:
         "MONITOR: what clients sent; commands from `INFO commandstats`, which also counts what a "
         "Lua script runs).",
         "",
-        "CPU: microseconds of CPU time per task used by the worker (parent and children), the "
+        "CPU: microseconds of CPU time per task used by the worker's pool processes (where a "
+        "task runs and takes its lock), the worker's parent (which receives the messages), the "
         "lock's Redis, and all processes (worker, both Redis servers, the sending process); it is "
-        "less disturbed by other load on the machine than tasks/s.",
+        "less disturbed by other load on the machine than tasks/s. Server: the lock Redis's own "
+        "time in the commands clients sent (SLOWLOG durations, a script's including its inner "
+        "commands), per task.",
         "",
         "vs plain: the median over repeats of tasks/s divided by plain's tasks/s in the same "
         "repeat; by CPU: plain's CPU per task divided by the variant's (the throughput ratio a "
         "machine with no spare CPU would see).",
         "",
-        "| variant | tasks/s | vs plain | vs plain, by CPU | CPU µs/task: worker | lock Redis | all "
-        "| round trips/task | commands/task | round trips | in scripts |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| variant | tasks/s | vs plain | vs plain, by CPU | CPU µs/task: pool children | worker parent "
+        "| lock Redis | all | lock Redis server µs/task | round trips/task | commands/task "
+        "| round trips | in scripts |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for variant, row in results["uncontended"].items():
         trips = results["trips"].get(variant, {})
@@ -64,7 +70,8 @@ def markdown(results: dict[str, Any], command: str) -> str:
         lines.append(
             f"| {LABELS.get(variant, variant)} | {_fmt(row['tasks_per_s'], 0)} | {_fmt(row['ratio'])}x "
             f"| {_fmt(row['cpu_ratio'])}x "
-            f"| {_fmt(cpu['worker'], 0)} | {_fmt(cpu['lock_redis'], 0)} | {_fmt(cpu['all'], 0)} "
+            f"| {_fmt(cpu['worker_children'], 0)} | {_fmt(cpu['worker_parent'], 0)} "
+            f"| {_fmt(cpu['lock_redis'], 0)} | {_fmt(cpu['all'], 0)} | {_fmt(row['server_us_per_task'], 1)} "
             f"| {_fmt(trips.get('round_trips_per_task', float('nan')))} "
             f"| {_fmt(row['commands_per_task'])} | {_breakdown(trips.get('round_trips', {}))} "
             f"| {_breakdown(trips.get('in_scripts', {}))} |"
@@ -90,16 +97,20 @@ def markdown(results: dict[str, Any], command: str) -> str:
         "",
         "## Renewal at scale: one process holding N locks, one `renew_now()` cycle",
         "",
-        "Server time: `INFO commandstats` usec of the script calls of one cycle. Wall: the "
-        "cycle as the process sees it (building the call, the round trip, reading the replies). "
-        "The peers do not renew (a fixed TTL), so this is ours alone.",
+        "Server time: `INFO commandstats` usec of the script calls of one cycle. Longest call: "
+        "the longest single script call of any cycle (SLOWLOG), how long Redis served nobody "
+        f"else; the batch is cut into calls of {RENEW_CHUNK:,} locks, pipelined in one round trip. Wall: "
+        "the cycle as the process sees it (building the calls, the round trip, reading the "
+        "replies). The peers do not renew (a fixed TTL), so this is ours alone.",
         "",
-        "| locks held | round trips/cycle | server ms/cycle | wall ms/cycle | bytes of Redis memory/lock |",
-        "|---:|---:|---:|---:|---:|",
+        "| locks held | round trips/cycle | server ms/cycle | longest call ms | wall ms/cycle "
+        "| bytes of Redis memory/lock |",
+        "|---:|---:|---:|---:|---:|---:|",
     ]
     for row in results["renewal"].values():
         lines.append(
             f"| {row['locks']:,} | {row['round_trips']:.0f} | {_fmt(row['server_ms'])} "
+            f"| {_fmt(row.get('longest_call_ms', float('nan')))} "
             f"| {_fmt(row['wall_ms'])} | {row['bytes_per_lock']:.0f} |"
         )
     lines += [
@@ -109,6 +120,11 @@ def markdown(results: dict[str, Any], command: str) -> str:
         f"PING round trip on this machine: **{_fmt(floor['ping_us'], 1)} µs** (median); one "
         f"uncontended acquire + release through `LockEngine`: {_fmt(floor['acquire_release_us'], 1)} µs "
         f"({_fmt(floor['acquire_release_us'] / floor['ping_us'], 1)} PINGs).",
+        "",
+        "Lock Redis server time of one uncontended pair with nothing else running (SLOWLOG, the "
+        f"best of three runs): ours (`SET NX PX`, then the release script) "
+        f"**{_fmt(floor.get('server_pair_us', float('nan')), 1)} µs**; the peers' (`SET NX PX`, "
+        f"then `DEL`) {_fmt(floor.get('server_peer_pair_us', float('nan')), 1)} µs.",
         "",
     ]
     return "\n".join(lines)

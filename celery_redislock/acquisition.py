@@ -151,14 +151,17 @@ def _hold(execution: Execution, engine: LeaseEngine, lease: Lease) -> Holding:
     return Holding(execution.runtime, execution.options, engine, lease)
 
 
-def _try_acquire(execution: Execution) -> AcquireResult:
-    # An execution takes over its own hand-over (a retry) and any lock taken at enqueue.
+def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireResult:
+    # An execution takes over its own hand-over (a retry) and any lock taken at enqueue. A task
+    # locked at enqueue finds its key held (by its own @queued lock): straight to the acquire
+    # script, not a SET NX that must fail first.
     return execution.runtime.engine.acquire(
         execution.key,
         execution.holder,
         execution.options.timeout_ms,
         handover_id(execution.task_id),
         takeover_suffix=QUEUED_SUFFIX,
+        expect_free=expect_free and execution.options.lock_on == "execute",
     )
 
 
@@ -167,7 +170,7 @@ def _wait(execution: Execution) -> AcquireResult:
     result = wait_for(
         execution.runtime.engine.client,
         execution.runtime.release_channel(execution.key),
-        lambda: _try_acquire(execution),
+        lambda: _try_acquire(execution, expect_free=False),
         lambda r: r.acquired,
         execution.options.acquire_timeout,
         WAIT_FALLBACK_POLL,

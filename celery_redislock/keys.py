@@ -344,6 +344,11 @@ class KeyBuilder:
                 f"not {_type_name(lock_key)}",
             )
         self._names = sorted((_canon(name, 0, set()), name) for name in selected)
+        # Binding without inspect for the common signature (named parameters only, no *args,
+        # **kwargs or positional-only ones): Signature.bind costs more than the digest itself.
+        plain = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters.values())
+        self._plain_names: tuple[str, ...] | None = tuple(parameters) if plain else None
+        self._defaults = {n: p.default for n, p in parameters.items() if p.default is not p.empty}
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -360,17 +365,19 @@ class KeyBuilder:
         if func is not None:
             text = self._call(func, task, args, kwargs)
             return format_key(self.prefix, self.task_name, digest(text))
-        try:
-            bound = self._signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise LockKeyError(
-                self.task_name,
-                "(args, kwargs)",
-                f"do not match the signature {self._described}: {exc}",
-            ) from None
-        # Defaults filled in, so f(1), f(x=1) and f(1, y=<default>) are one call.
-        bound.apply_defaults()
-        arguments = bound.arguments
+        arguments = self._bind_plain(args, kwargs)
+        if arguments is None:
+            try:
+                bound = self._signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise LockKeyError(
+                    self.task_name,
+                    "(args, kwargs)",
+                    f"do not match the signature {self._described}: {exc}",
+                ) from None
+            # Defaults filled in, so f(1), f(x=1) and f(1, y=<default>) are one call.
+            bound.apply_defaults()
+            arguments = bound.arguments
         pairs = [
             (name_text, canonical(arguments[name], task=self.task_name, argument=name))
             for name_text, name in self._names
@@ -378,6 +385,26 @@ class KeyBuilder:
         # self._names is sorted: the same text as canonical() of the dict {name: value}.
         text = '["dict",[' + _join_pairs(pairs) + "]]"
         return format_key(self.prefix, self.task_name, digest(text))
+
+    def _bind_plain(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """What ``Signature.bind`` then ``apply_defaults`` give for a signature of named
+        parameters only; None for any other signature, or a call that does not fit it (then
+        Signature.bind runs, and names the mismatch)."""
+        names = self._plain_names
+        if names is None or len(args) > len(names):
+            return None
+        arguments = dict(zip(names, args))
+        for name, value in kwargs.items():
+            if name in arguments or name not in names:
+                return None
+            arguments[name] = value
+        if len(arguments) < len(names):
+            for name in names:
+                if name not in arguments:
+                    if name not in self._defaults:
+                        return None
+                    arguments[name] = self._defaults[name]
+        return arguments
 
     def _call(self, func: LockKeyFunc, task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
         try:

@@ -272,7 +272,8 @@ class RedisLock(HeldInRedis[LockEngine]):
             result = wait_for(
                 engine.client,
                 release_channel(self.name),
-                lambda: engine.acquire(self.name, holder, ttl),
+                # Just seen held: straight to the script (one round trip, not SET NX then it).
+                lambda: engine.acquire(self.name, holder, ttl, expect_free=False),
                 lambda r: r.acquired,
                 timeout,
                 self.retry_delay,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import numbers
 from collections.abc import Callable, Mapping
@@ -67,12 +68,13 @@ class LockOptions:
             # Frozen: normalised values (list -> tuple, int -> float) go in behind the guard.
             object.__setattr__(self, name, value)
 
-    @property
+    # Cached (read on every task): a frozen dataclass still has an instance __dict__.
+    @functools.cached_property
     def timeout_ms(self) -> int:
         """``lock_timeout`` in whole milliseconds (at least 1)."""
         return _ms(self.lock_timeout)
 
-    @property
+    @functools.cached_property
     def renew_interval_s(self) -> float:
         """The effective renew interval: ``renew_interval``, or ``lock_timeout / 3``."""
         if self.renew_interval is None:

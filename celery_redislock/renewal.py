@@ -36,8 +36,9 @@ class Renewer:
         # How many held leases asked for each interval: the shortest is found without a scan
         # of every lease, so adding one is O(1) however many this process holds.
         self._intervals: Counter[float] = Counter()
-        # The interval the thread waits for now (None: for ever, or not started). A lease asking
-        # for no shorter one need not wake it: a worker's every task would cost a thread switch.
+        # The interval the thread waits for now, or will once woken (None: not started). A lease
+        # asking for no shorter one need not wake it: a worker's every task would cost a thread
+        # switch.
         self._waiting: float | None = None
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -49,6 +50,11 @@ class Renewer:
         """Renew ``lease`` every ``interval`` seconds (or more often) until discarded."""
         with self._mutex:
             wake = self._waiting is None or interval < self._waiting
+            if wake:
+                # Noted now, not when the thread wakes: a worker's task has usually released
+                # its lease by then, and a thread that found nothing held would wait on no
+                # interval, so the next task would wake it again (a thread switch per task).
+                self._waiting = interval
             leases = self._held.setdefault(engine, {})
             previous = leases.get((lease.key, lease.holder))
             if previous is not None:
@@ -134,8 +140,9 @@ class Renewer:
         while not self._stopping.is_set():
             self._wake.clear()
             with self._mutex:
-                # With nothing held, keep the last interval: the next lease (a worker's next
-                # task) most likely asks for the same, and then add() leaves this thread be.
+                # With nothing held, keep the last interval (add() notes it): the next lease
+                # (a worker's next task) most likely asks for the same, and then add() leaves
+                # this thread be.
                 interval = self._waiting = self._interval_locked() or self._waiting
             # Woken early by add() when a shorter interval arrives, or by stop().
             if self._wake.wait(interval) or self._stopping.is_set():

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from celery_redislock.contrib.testing import RedisServer, counting_client
-from celery_redislock.engine import AcquireStatus, Lease, LockEngine
+from celery_redislock.engine import RENEW_CHUNK, AcquireStatus, Lease, LockEngine
 
 
 def poll(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
@@ -172,7 +172,7 @@ def test_ttl_must_be_positive(engine: LockEngine) -> None:
         engine.acquire("lock:z", "me", 0)
 
 
-def test_batch_renewal_of_10000_locks_is_one_round_trip(
+def test_batch_renewal_of_10000_locks_is_one_round_trip_of_chunked_calls(
     redislock_server: RedisServer, redislock_redis: redis.Redis
 ) -> None:
     client, trips = counting_client(redislock_server.url)
@@ -194,7 +194,8 @@ def test_batch_renewal_of_10000_locks_is_one_round_trip(
     report = engine.renew_many([Lease(lease.key, lease.holder, 60_000) for lease in leases])
 
     assert trips.count == 1
-    assert redislock_redis.info("commandstats")["cmdstat_evalsha"]["calls"] - before == 1
+    # Cut into script calls of RENEW_CHUNK locks (Redis serves others between two), pipelined.
+    assert redislock_redis.info("commandstats")["cmdstat_evalsha"]["calls"] - before == 10_000 // RENEW_CHUNK
     assert len(report.renewed) == 10_000 - 20
     assert [lease.key for lease in report.retaken] == [lease.key for lease in gone]
     assert [(lease.key, holder) for lease, holder in report.stolen] == [
@@ -223,3 +224,21 @@ def test_renewal_after_a_redis_restart_retakes_the_lock(
     assert redislock_redis.get("lock:r") == b"me"
     assert engine.acquire("lock:r", "other", 30_000).holder == "me"
     client.close()
+
+
+def test_a_chunked_renewal_on_a_server_that_lost_its_scripts_loads_them_and_reports_once(
+    redislock_server: RedisServer, redislock_redis: redis.Redis
+) -> None:
+    client, trips = counting_client(redislock_server.url)
+    engine = LockEngine(client)
+    leases = [Lease(f"lock:flushed:{n}", "me", 60_000) for n in range(2 * RENEW_CHUNK + 5)]
+    for lease in leases[1:]:
+        redislock_redis.set(lease.key, "me", px=60_000)
+    redislock_redis.script_flush()  # as a restarted Redis: every chunk is answered NOSCRIPT
+    trips.count = 0
+
+    report = engine.renew_many(leases)
+
+    assert trips.count == 3  # the pipeline, SCRIPT LOAD, the pipeline again
+    assert [lease.key for lease in report.retaken] == [leases[0].key]  # not re-renewed as "renewed"
+    assert len(report.renewed) == len(leases) - 1 and not report.stolen

@@ -215,3 +215,27 @@ def test_a_shorter_interval_wakes_a_thread_kept_waiting_on_a_longer_one(
     while time.monotonic() < deadline:
         assert redislock_redis.get(fast.key) == b"me"
         time.sleep(0.05)
+
+
+def test_a_lease_released_before_the_thread_wakes_leaves_it_waiting_on_that_interval(
+    renewer: Renewer, engine: LockEngine
+) -> None:
+    # A worker's task is usually over before the woken thread looks: it then finds nothing
+    # held, and must still wait on that interval, or every next task would wake it again.
+    wakes = 0
+    wake = renewer._wake.set
+
+    def counted() -> None:
+        nonlocal wakes
+        wakes += 1
+        wake()
+
+    renewer._wake.set = counted  # type: ignore[method-assign]
+    for index in range(20):
+        lease = Lease(f"lock:quick{index}", "me", 60_000)
+        renewer.add(engine, lease, 60.0)
+        assert renewer.discard(engine, lease) is True
+        if index == 0:  # the thread started by the first lease has looked, found nothing held
+            assert poll(lambda: not renewer._wake.is_set())
+    assert poll(lambda: renewer._waiting == 60.0)
+    assert wakes == 1

@@ -477,6 +477,26 @@ def test_lock_key_names_select_the_arguments() -> None:
     assert both.key((1,), {}) == KeyBuilder("redislock", "proj.f", f).key((1,), {})
 
 
+def test_binding_without_inspect_gives_what_signature_bind_gives() -> None:
+    def h(a: Any, b: Any = 2, c: Any = None) -> None:
+        pass
+
+    fast = KeyBuilder("redislock", "proj.h", h)
+    slow = KeyBuilder("redislock", "proj.h", h)
+    slow._plain_names = None  # always Signature.bind
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        ((1,), {}),
+        ((1, 2), {}),
+        ((1, 2, 3), {}),
+        ((1,), {"c": 3}),
+        ((), {"a": 1, "b": 5}),
+        ((), {"c": 1, "a": 0}),
+    ]
+    for args, kwargs in calls:
+        assert fast.key(args, kwargs) == slow.key(args, kwargs)
+    assert fast._bind_plain((1, 2, 3, 4), {}) is None  # too many: Signature.bind names it
+
+
 def test_bound_methods_drop_self() -> None:
     class Task:
         def run(self, x: Any, y: Any = 2) -> None:

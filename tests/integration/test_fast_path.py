@@ -1,0 +1,184 @@
+"""The engine's uncontended path against a real redis-server: SET NX first, the acquire script only
+when the key is held (with the script's every outcome), and the per-process direct connection."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+
+from celery_redislock.contrib.testing import RedisServer, RoundTrips, counting_client
+from celery_redislock.engine import AcquireResult, AcquireStatus, LockEngine
+
+
+@pytest.fixture
+def counted(
+    redislock_server: RedisServer, redislock_redis: redis.Redis
+) -> Iterator[tuple[LockEngine, RoundTrips]]:
+    client, trips = counting_client(redislock_server.url)
+    engine = LockEngine(client)
+    engine.acquire("lock:warm", "w", 1000, expect_free=False)  # loads the script: not counted
+    engine.release("lock:warm", "w")
+    trips.reset()
+    yield engine, trips
+    client.close()
+
+
+def calls(client: redis.Redis, command: str) -> int:
+    stats = client.info("commandstats").get(f"cmdstat_{command}")
+    return int(stats["calls"]) if stats else 0
+
+
+def test_an_uncontended_acquire_is_one_set_nx_and_the_release_one_script_call(
+    counted: tuple[LockEngine, RoundTrips], redislock_redis: redis.Redis
+) -> None:
+    engine, trips = counted
+    scripts, sets = calls(redislock_redis, "evalsha"), calls(redislock_redis, "set")
+
+    assert engine.acquire("lock:free", "me", 5_000, "me@handover", "@queued").status is AcquireStatus.TAKEN
+    assert (trips.count, calls(redislock_redis, "evalsha") - scripts) == (1, 0)
+    assert calls(redislock_redis, "set") - sets == 1
+    assert redislock_redis.get("lock:free") == b"me"
+    assert 4_000 < redislock_redis.pttl("lock:free") <= 5_000
+
+    assert engine.release("lock:free", "me") is True
+    assert trips.count == 2
+    assert redislock_redis.exists("lock:free") == 0
+
+
+# Each outcome of the acquire script when the key is held: (value before, what the caller
+# passes, expected status, expected value after).
+HELD = {
+    "re-entry": ("me", {}, AcquireStatus.REENTERED, "me"),
+    "hand-over": ("t1@handover", {"handover": "t1@handover"}, AcquireStatus.TAKEN_OVER, "me"),
+    "queued take-over": ("t9@queued", {"takeover_suffix": "@queued"}, AcquireStatus.TAKEN_OVER, "me"),
+    "someone else's": (
+        "other@w:1:1",
+        {"handover": "t1@handover", "takeover_suffix": "@queued"},
+        None,
+        "other@w:1:1",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(HELD))
+@pytest.mark.parametrize("expect_free", [True, False])
+def test_a_held_key_falls_back_to_the_script_with_its_every_outcome(
+    counted: tuple[LockEngine, RoundTrips], redislock_redis: redis.Redis, case: str, expect_free: bool
+) -> None:
+    engine, trips = counted
+    before, kwargs, status, after = HELD[case]
+    redislock_redis.set("lock:held", before, px=2_000)
+
+    result = engine.acquire("lock:held", "me", 60_000, expect_free=expect_free, **kwargs)
+
+    assert result == AcquireResult(status, "me" if status else before)
+    assert redislock_redis.get("lock:held") == after.encode()
+    ttl = redislock_redis.pttl("lock:held")
+    assert ttl > 50_000 if status else ttl <= 2_000  # a refused caller changes nothing
+    # SET NX finds the key held, then the script: the price of the fast path, paid only here;
+    # a caller that expects it held goes straight to the script.
+    assert trips.count == (2 if expect_free else 1)
+
+
+def test_expect_free_false_still_takes_a_free_key(counted: tuple[LockEngine, RoundTrips]) -> None:
+    engine, trips = counted
+    assert engine.acquire("lock:free2", "me", 5_000, expect_free=False).status is AcquireStatus.TAKEN
+    assert trips.count == 1
+
+
+def test_a_set_nx_does_not_take_a_key_of_another_type(
+    engine_on: Callable[[], LockEngine], redislock_redis: redis.Redis
+) -> None:
+    # A semaphore (max_concurrency > 1) lives at a key as a sorted set: SET NX must leave it
+    # alone and the script report it as the error it always was.
+    redislock_redis.zadd("lock:sem", {"holder": 1})
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        engine_on().acquire("lock:sem", "me", 5_000)
+    assert redislock_redis.type("lock:sem") == b"zset"
+
+
+@pytest.fixture
+def engine_on(redislock_server: RedisServer) -> Iterator[Callable[[], LockEngine]]:
+    clients: list[redis.Redis] = []
+
+    def make() -> LockEngine:
+        clients.append(redislock_server.client())
+        return LockEngine(clients[-1])
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+def test_threads_sharing_an_engine_never_read_each_others_replies(
+    engine_on: Callable[[], LockEngine],
+) -> None:
+    # The renewal thread and a threads pool share one engine: the direct connection is used by
+    # one thread at a time (the others take the pool's), or replies would be crossed.
+    engine = engine_on()
+    failures: list[str] = []
+
+    def work(thread: int) -> None:
+        for n in range(150):
+            key, holder = f"lock:t{thread}:{n}", f"h{thread}:{n}"
+            if engine.acquire(key, holder, 5_000).status is not AcquireStatus.TAKEN:
+                failures.append(f"acquire {key}")
+            if engine.acquire(key, "someone", 5_000).holder != holder:
+                failures.append(f"holder of {key}")
+            if engine.release(key, holder) is not True:
+                failures.append(f"release {key}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert failures == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_talks_to_redis_on_a_connection_of_its_own(
+    engine_on: Callable[[], LockEngine], redislock_redis: redis.Redis
+) -> None:
+    engine = engine_on()
+    assert engine._direct is not None
+    assert engine.acquire("lock:parent", "parent", 10_000).acquired  # the parent's connection made
+    parent_id = engine._direct.execute("CLIENT", "ID")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its connection's id and whether its calls went right
+        try:
+            child_ok = all(
+                engine.acquire(f"lock:child:{n}", "child", 10_000).acquired
+                and engine.release(f"lock:child:{n}", "child")
+                for n in range(50)
+            )
+            assert engine._direct is not None
+            os.write(write, f"{engine._direct.execute('CLIENT', 'ID')} {child_ok}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as reader:
+        child_id, child_ok = reader.read().split()
+    os.waitpid(pid, 0)
+    assert child_ok == "True"
+    assert int(child_id) != parent_id
+    # The parent's connection was left alone by the child: its next replies are its own.
+    assert engine._direct.execute("CLIENT", "ID") == parent_id
+    assert engine.release("lock:parent", "parent") is True
+    assert redislock_redis.keys("lock:child:*") == []
+
+
+def test_the_direct_connection_reconnects_after_a_redis_restart_and_reloads_the_scripts(
+    engine_on: Callable[[], LockEngine], redislock_server: RedisServer
+) -> None:
+    engine = engine_on()
+    assert engine.acquire("lock:r", "me", 10_000).acquired
+    redislock_server.restart()  # the dataset and the script cache are gone, the socket broken
+    assert engine.acquire("lock:r", "me", 10_000).status is AcquireStatus.TAKEN
+    assert engine.release("lock:r", "me") is True  # EVALSHA answered NOSCRIPT: EVAL
+    assert engine.release("lock:r", "me") is False
