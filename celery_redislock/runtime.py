@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from celery import Celery
+from celery import Celery, Task
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -25,15 +25,18 @@ from .options import (
     SETTING_DEFAULTS,
     AppSettings,
     LockOptions,
+    check_task_keywords,
     read_settings,
     source_task,
     validate,
 )
 
 __all__ = [
+    "CELERY_TASK_KEYWORDS",
     "QUEUED_SUFFIX",
     "Plan",
     "Runtime",
+    "check_keywords",
     "handover_id",
     "holder_id",
     "holder_prefix",
@@ -41,6 +44,7 @@ __all__ = [
     "queued_id",
     "runtime_for",
     "task_id_of",
+    "user_keywords",
 ]
 
 # Bounds how long a task waits on a Redis that stopped answering; a lock's TTL covers the rest.
@@ -75,6 +79,67 @@ def run_function(task_class: type) -> Callable[..., Any]:
         return run.__func__
     # A method (bind=True, or a subclass defining run): its first parameter is the task.
     return functools.partial(run, None)
+
+
+#: Keywords ``@app.task`` takes that are not attributes of ``celery.Task``: the autoretry ones
+#: (celery/app/autoretry.py) and the deprecated routing attributes (Task.bind warns of them).
+CELERY_TASK_KEYWORDS = frozenset(
+    {
+        "autoretry_for",
+        "dont_autoretry_for",
+        "retry_kwargs",
+        "retry_backoff",
+        "retry_backoff_max",
+        "retry_jitter",
+        "queue",
+        "exchange",
+        "exchange_type",
+        "routing_key",
+        "delivery_mode",
+        "store_eager_result",
+    }
+)
+
+# dir(), not hasattr(): Task.app is a class property that would bind celery.Task to an app.
+_CELERY_NAMES = frozenset(dir(Task)) | CELERY_TASK_KEYWORDS
+
+
+def _is_code(value: Any) -> bool:
+    """A method, property or nested class of a task subclass: its own code, not a setting."""
+    return inspect.isroutine(value) or inspect.isdatadescriptor(value) or isinstance(value, type)
+
+
+def user_keywords(task_class: type, base: type) -> dict[str, Any]:
+    """The names a task set on itself that neither Celery nor this package define: the
+    decorator's keywords (``_task_from_fun`` puts them in the class it makes, marked
+    ``_decorated``) and the plain class attributes of the subclasses of ``base`` it derives from.
+
+    Skipped: private names, ``celery.Task`` attributes and ``CELERY_TASK_KEYWORDS``, options,
+    and in a hand-written subclass its methods, properties and nested classes. A decorator
+    keyword is checked whatever its value: the user wrote it as a setting.
+    """
+    found: dict[str, Any] = {}
+    for klass in task_class.__mro__:
+        if klass is base or not issubclass(klass, base):
+            continue  # base itself, its parents and mixins: not the task's own settings
+        own = vars(klass)
+        decorated = own.get("_decorated", False)
+        for name, value in own.items():
+            if name.startswith("_") or name in found or name in OPTION_NAMES:
+                continue
+            if name in _CELERY_NAMES:
+                continue
+            if not decorated and _is_code(value):
+                continue
+            found[name] = value
+    return found
+
+
+def check_keywords(task_class: type, base: type) -> None:
+    """Refuse, naming the task, a keyword meant as an option that is not one (a typo, or an
+    option of celery-once or celery-singleton); see ``options.check_task_keywords``."""
+    name = getattr(task_class, "name", None) or task_class.__name__
+    check_task_keywords(user_keywords(task_class, base), source_task(name))
 
 
 def task_options(task_class: type) -> dict[str, Any]:

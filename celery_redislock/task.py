@@ -24,6 +24,7 @@ from .runtime import (
     Plan,
     Runtime,
     any_delivery_prefix,
+    check_keywords,
     handover_id,
     holder_id,
     holder_prefix,
@@ -79,7 +80,8 @@ class SingletonTask(Task[Any, Any]):
     lock_timeout: ClassVar[float | None] = None
     #: Seconds between renewals of a held lock (default ``lock_timeout / 3``).
     renew_interval: ClassVar[float | None] = None
-    #: ``None`` (every argument), a list of argument names, or ``(task, args, kwargs) -> str``.
+    #: ``None`` (every argument), a list of argument names (``[]``: one run of the task at a
+    #: time, whatever its arguments), or ``(task, args, kwargs) -> str``.
     lock_key: ClassVar[Any] = None
     #: ``"skip"``, ``"retry"``, ``"raise"`` or ``"wait"``.
     on_duplicate: ClassVar[str | None] = None
@@ -101,7 +103,9 @@ class SingletonTask(Task[Any, Any]):
     @classmethod
     def on_bound(cls, app: Celery) -> None:
         # Registration is where a bad option must surface, naming the task: validate the
-        # task's own options and its lock_key names against the body's signature now.
+        # task's own options and its lock_key names against the body's signature now, and
+        # refuse keywords that were meant as options but are not (typos, celery-once's).
+        check_keywords(cls, SingletonTask)
         options = task_options(cls)
         KeyBuilder("check", str(cls.name or cls.__name__), run_function(cls), options.get("lock_key"))
 
@@ -143,6 +147,7 @@ class SingletonTask(Task[Any, Any]):
                 # This very message, from a child that died here; Celery re-queued it
                 # (reject_on_worker_lost) without telling anyone: not a duplicate, take over.
                 runtime.engine.release(key, result.holder)
+                self._freed_dead_delivery(key, result.holder)
                 result = self._try_acquire(runtime, options, key, holder)
             redelivered = not result.acquired and task_id_of(result.holder) == self._task_id
             if not result.acquired and not redelivered and options.on_duplicate == "wait":
@@ -169,6 +174,7 @@ class SingletonTask(Task[Any, Any]):
             dead = next((h for h in slot.holders if self._held_by_dead_delivery(h)), None)
             if dead is not None:  # this very message, from a child that died here: not a duplicate
                 engine.release(key, dead, notify=runtime.release_channel(key))
+                self._freed_dead_delivery(key, dead)
                 slot = self._take_slot(engine, options, key, holder, blocking=False)
             sibling = next((h for h in slot.holders if task_id_of(h) == self._task_id), None)
             if (
@@ -215,6 +221,18 @@ class SingletonTask(Task[Any, Any]):
             return False
         pid = holder[len(prefix) :].split(":", 1)[0]
         return pid.isdigit() and not process_alive(int(pid))
+
+    def _freed_dead_delivery(self, key: str, holder: str) -> None:
+        # The parent was told nothing (Celery re-queued the message instead of failing it), so
+        # this is the only trace of the dead child's lock: the same line the parent would log.
+        counters.incr("released")
+        logger.info(
+            "Released lock %s of %s[%s]: its worker process died (holder %s; freed by its redelivery)",
+            key,
+            self.name,
+            self._task_id,
+            holder,
+        )
 
     def _try_acquire(self, runtime: Runtime, options: LockOptions, key: str, holder: str) -> AcquireResult:
         # An execution takes over its own hand-over (a retry) and any lock taken at enqueue.
@@ -441,7 +459,8 @@ class SingletonTask(Task[Any, Any]):
         **options: Any,
     ) -> Any:
         """With ``lock_on="enqueue"``, take the lock before publishing: a call whose key is
-        already queued or running publishes nothing and returns the holder's AsyncResult."""
+        already queued or running publishes nothing and returns the holder's AsyncResult, or
+        raises DuplicateTaskError with ``on_duplicate="raise"``."""
         if not self._may_lock_at_enqueue() or self.app.conf.task_always_eager or rest:
             # Most tasks lock at execution: sending them needs no lock settings, no Redis.
             return super().apply_async(args, kwargs, task_id, *rest, **options)
@@ -459,8 +478,7 @@ class SingletonTask(Task[Any, Any]):
         except redis.RedisError as exc:
             return self._enqueue_unlocked(runtime, plan.options, key, task_id, exc, args, kwargs, options)
         if not result.acquired:
-            logger.info("Not sending duplicate %s: %s is held by %s", self.name, key, result.holder)
-            return self.AsyncResult(task_id_of(result.holder))
+            return self._refused_at_send(plan.options, key, task_id, result.holder)
         headers = {**(options.pop("headers", None) or {}), KEY_HEADER: key}
         try:
             return super().apply_async(args, kwargs, task_id, headers=headers, **options)
@@ -468,6 +486,21 @@ class SingletonTask(Task[Any, Any]):
             # Nothing was sent: nobody will take the lock over.
             runtime.engine.release(key, queued)
             raise
+
+    def _refused_at_send(self, options: LockOptions, key: str, task_id: str, holder: str) -> Any:
+        """A send refused by the enqueue lock: nothing is published. The caller gets the holder's
+        AsyncResult, or with ``on_duplicate="raise"`` a DuplicateTaskError (as celery-once's
+        AlreadyQueued and celery-singleton's raise_on_duplicate do)."""
+        holder_task = task_id_of(holder)
+        if holder_task == task_id:
+            # The same task id re-sent (a retry, a re-queue): not a duplicate of another call.
+            logger.info("Not sending %s[%s] again: %s is held by %s", self.name, task_id, key, holder)
+            return self.AsyncResult(holder_task)
+        counters.incr("refused_at_send")
+        logger.info("Not sending duplicate %s: %s is held by %s", self.name, key, holder)
+        if options.on_duplicate == "raise":
+            raise DuplicateTaskError(self.name, task_id, key, holder)
+        return self.AsyncResult(holder_task)
 
     def _may_lock_at_enqueue(self) -> bool:
         """False when no layer can make this task lock at enqueue (the resolved plan decides
