@@ -313,21 +313,29 @@ def dies(self, tag):
 )
 def requeued(self, tag):
     return hold(self, tag)
+
+
+@app.task(
+    base=SingletonTask, bind=True, name="porting.retried", lock_timeout=300,
+    retry_on_worker_lost=True, default_retry_delay=0,
+)
+def retried(self, tag):
+    return hold(self, tag)
 """
 
 
-@pytest.mark.parametrize("requeue", [False, True], ids=["failed", "requeued"])
+@pytest.mark.parametrize("name", ["porting.dies", "porting.requeued", "porting.retried"])
 def test_freeing_a_sigkilled_childs_lock_is_logged_at_info_in_the_worker_log(
     urls: dict[str, str],
     coord: redis.Redis,
     locks: redis.Redis,
     make_app: Callable[..., Celery],
     worker_process: Callable[..., WorkerProcess],
-    requeue: bool,
+    name: str,
 ) -> None:
     proc = worker_process(worker_module(urls, "porting", DYING), "-c", "1")
     client = make_app()
-    name = "porting.requeued" if requeue else "porting.dies"
+    requeue = name != "porting.dies"
     result = client.send_task(name, args=["k"])
     [(child, task_id)] = wait_started(coord, "k")
     [key] = [k.decode() for k in lock_keys(locks)]
@@ -338,8 +346,9 @@ def test_freeing_a_sigkilled_childs_lock_is_logged_at_info_in_the_worker_log(
     assert poll(lambda: line in proc.log(), 10.0), proc.log()
     [logged] = [entry for entry in proc.log().splitlines() if line in entry]
     if requeue:
-        # Celery re-queues the message and sends the parent no task_failure: the message's next
-        # delivery (in the new child) frees the lock of its dead delivery, and says so.
+        # Celery re-queues the message (or sends a retry of it) and sends the parent no
+        # task_failure: the message's next delivery (in the new child) frees the lock of its dead
+        # delivery, and says so.
         assert "INFO/ForkPoolWorker-" in logged and f"holder {holder.decode()}" in logged, logged
     else:
         assert "INFO/MainProcess" in logged, logged  # the parent, on WorkerLostError
