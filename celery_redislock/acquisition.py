@@ -42,21 +42,28 @@ WAIT_FALLBACK_POLL = 1.0
 
 @dataclass(frozen=True)
 class Execution:
-    """Who asks for a key: one delivery (``holder``) of the message ``task_id`` on worker node
-    ``hostname``, with the task's resolved options."""
+    """Who asks for a key: one delivery (``holder``) of the message ``task_id`` (of task
+    ``task_name``) on worker node ``hostname``, with the task's resolved options."""
 
     runtime: Runtime
     options: LockOptions
     key: str
+    task_name: str
     task_id: str
     hostname: str | None
     holder: str
 
     @classmethod
     def of(
-        cls, runtime: Runtime, options: LockOptions, key: str, task_id: str, hostname: str | None
+        cls,
+        runtime: Runtime,
+        options: LockOptions,
+        key: str,
+        task_name: str,
+        task_id: str,
+        hostname: str | None,
     ) -> Execution:
-        return cls(runtime, options, key, task_id, hostname, holder_id(task_id, hostname))
+        return cls(runtime, options, key, task_name, task_id, hostname, holder_id(task_id, hostname))
 
     def held_by_dead_delivery(self, holder: str) -> bool:
         """True when ``holder`` is this task id, taken by a process of this very worker instance
@@ -128,6 +135,7 @@ def acquire(execution: Execution) -> Outcome:
         # This very message, from a child that died here; Celery re-queued it
         # (reject_on_worker_lost) without telling anyone: not a duplicate, take over.
         runtime.engine.release(key, result.holder)
+        _freed_dead_delivery(execution, result.holder)
         result = _try_acquire(execution)
     redelivered = not result.acquired and task_id_of(result.holder) == execution.task_id
     if not result.acquired and not redelivered and execution.options.on_duplicate == "wait":
@@ -143,6 +151,19 @@ def release_queued(runtime: Runtime, key: str, task_id: str) -> None:
     a lock that is not ``{task id}@queued`` (another call's, after ours expired) stays."""
     if runtime.engine.release(key, queued_id(task_id), notify=runtime.release_channel(key)):
         counters.incr("released")
+
+
+def _freed_dead_delivery(execution: Execution, holder: str) -> None:
+    # The parent was told nothing (Celery re-queued the message instead of failing it), so
+    # this is the only trace of the dead child's lock: the same line the parent would log.
+    counters.incr("released")
+    logger.info(
+        "Released lock %s of %s[%s]: its worker process died (holder %s; freed by its redelivery)",
+        execution.key,
+        execution.task_name,
+        execution.task_id,
+        holder,
+    )
 
 
 def _hold(execution: Execution, engine: LeaseEngine, lease: Lease) -> Holding:
@@ -189,6 +210,7 @@ def _acquire_slot(execution: Execution) -> Outcome:
     dead = next((h for h in slot.holders if execution.held_by_dead_delivery(h)), None)
     if dead is not None:  # this very message, from a child that died here: not a duplicate
         engine.release(key, dead, notify=runtime.release_channel(key))
+        _freed_dead_delivery(execution, dead)
         slot = _take_slot(engine, execution, blocking=False)
     sibling = next((h for h in slot.holders if task_id_of(h) == execution.task_id), None)
     if sibling is not None:

@@ -88,7 +88,9 @@ def send(
         )
         return publish(args, kwargs, task_id, headers=headers, **options)
     if not result.acquired and new_call:
-        return task._refused_at_send(key, result.holder)
+        counters.incr("refused_at_send")
+        logger.info("Not sending duplicate %s: %s is held by %s", task.name, key, result.holder)
+        return task._refused_at_send(plan.options, key, task_id, result.holder)
     if not result.acquired and task_id_of(result.holder) != task_id:
         logger.info(
             "Sending %s[%s] unlocked: %s is held by %s, and a message with a given task id is "

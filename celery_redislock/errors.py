@@ -19,7 +19,16 @@ def short_repr(value: Any) -> str:
 
 
 class RedisLockError(Exception):
-    """Base class of every error this package raises."""
+    """Base class of every error this package raises.
+
+    ``args`` are always the constructor's arguments, so a result backend or pickle (a prefork
+    child's failure travels to its parent pickled) re-creates the same error; the message is
+    ``str()``, and ``repr()`` shows it too rather than the bare arguments.
+    """
+
+    def __repr__(self) -> str:
+        # What a stored result, `celery events` and a traceback's chained cause display.
+        return f"{type(self).__name__}({str(self)!r})"
 
 
 class ConfigurationError(RedisLockError, ValueError):
@@ -37,7 +46,10 @@ class OptionError(ConfigurationError):
         self.option = option
         self.source = source
         self.problem = problem
-        super().__init__(f"{source}: option {option!r} {problem}")
+        super().__init__(option, source, problem)
+
+    def __str__(self) -> str:
+        return f"{self.source}: option {self.option!r} {self.problem}"
 
 
 class RedisURLError(ConfigurationError):
@@ -54,15 +66,22 @@ class LockKeyError(RedisLockError, TypeError):
         self.task = task
         self.argument = argument
         self.problem = problem
-        super().__init__(
-            f"task {task!r}: argument {argument!r} {problem}; "
+        super().__init__(task, argument, problem)
+
+    def __str__(self) -> str:
+        return (
+            f"task {self.task!r}: argument {self.argument!r} {self.problem}; "
             f"set lock_key to the arguments that identify the task "
             f"(a list of names, or a callable returning a str)"
         )
 
 
 class DuplicateTaskError(RedisLockError):
-    """A task's lock is held by another execution (``on_duplicate="raise"``, or a skip)."""
+    """A task's lock is held by another execution (``on_duplicate="raise"``, or a skip).
+
+    ``task_id`` is the refused task's id, ``holder`` the id of the execution (or of the call,
+    ``{task id}@queued``) holding ``key``; ``holder_task_id`` that holder's task id.
+    """
 
     def __init__(self, task: str, task_id: str, key: str, holder: str) -> None:
         self.task = task
@@ -75,21 +94,30 @@ class DuplicateTaskError(RedisLockError):
     def __str__(self) -> str:
         return f"Duplicate {self.task}[{self.task_id}]: {self.key} is held by {self.holder}"
 
+    @property
+    def holder_task_id(self) -> str:
+        """The task id of the holder, for ``AsyncResult(error.holder_task_id)``: every holder id
+        starts with it, up to the first ``@`` (runtime.task_id_of)."""
+        return self.holder.split("@", 1)[0]
+
 
 class LockUnavailableError(RedisLockError):
     """Redis could not be reached to take a task's lock (``on_redis_error="fail"``)."""
 
-    def __init__(self, task: str, task_id: str, key: str, url: str, cause: BaseException) -> None:
+    def __init__(self, task: str, task_id: str, key: str, url: str, cause: BaseException | str) -> None:
         self.task = task
         self.task_id = task_id
         self.key = key
         self.url = url
-        super().__init__(task, task_id, key, url, repr(cause))
+        # Kept as text: the cause itself may not survive a result backend's round trip. Not its
+        # repr: redis-py's is "network:ConnectionError", without the reason.
+        self.cause = cause if isinstance(cause, str) else f"{type(cause).__name__}: {cause}"
+        super().__init__(task, task_id, key, url, self.cause)
 
     def __str__(self) -> str:
         return (
             f"Cannot lock {self.task}[{self.task_id}]: Redis at {self.url} is unreachable "
-            f"({self.args[4]}) while taking {self.key}"
+            f"({self.cause}) while taking {self.key}"
         )
 
 
@@ -104,11 +132,14 @@ class LockAcquireError(LockError):
 
     def __init__(self, key: str, holders: tuple[str, ...], waited: float | None) -> None:
         self.key = key
-        self.holders = holders
+        self.holders = tuple(holders)  # a JSON round trip makes it a list
         self.waited = waited
-        held = ", ".join(holders) if holders else "nobody (waiters queued first)"
-        how = "without blocking" if not waited else f"within {waited:g}s"
-        super().__init__(f"Could not acquire {key} {how}: it is held by {held}")
+        super().__init__(key, self.holders, waited)
+
+    def __str__(self) -> str:
+        held = ", ".join(self.holders) if self.holders else "nobody (waiters queued first)"
+        how = "without blocking" if not self.waited else f"within {self.waited:g}s"
+        return f"Could not acquire {self.key} {how}: it is held by {held}"
 
 
 class LockNotOwnedError(LockError):
@@ -120,5 +151,10 @@ class LockNotOwnedError(LockError):
         self.key = key
         self.holder = holder
         self.current = current
-        now = "has expired" if current is None else f"is now held by {current}"
-        super().__init__(f"Cannot {action} {kind} {key}: it is not owned by {holder}, it {now}")
+        self.action = action
+        self.kind = kind
+        super().__init__(key, holder, current, action, kind)
+
+    def __str__(self) -> str:
+        now = "has expired" if self.current is None else f"is now held by {self.current}"
+        return f"Cannot {self.action} {self.kind} {self.key}: it is not owned by {self.holder}, it {now}"

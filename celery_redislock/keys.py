@@ -311,12 +311,7 @@ class KeyBuilder:
                 f"is the str {lock_key!r}; it must be a list of argument names: [{lock_key!r}]",
             )
         elif isinstance(lock_key, (list, tuple)):
-            if not lock_key:
-                raise OptionError(
-                    "lock_key",
-                    self.source,
-                    "is empty; name at least one argument, or use None to lock on all of them",
-                )
+            # An empty list selects no argument: one key for every call of the task.
             for index, name in enumerate(lock_key):
                 if not isinstance(name, str):
                     raise OptionError(
@@ -352,7 +347,8 @@ class KeyBuilder:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The argument names the key is made of (empty when ``lock_key`` is a callable)."""
+        """The argument names the key is made of (empty when ``lock_key`` is a callable or
+        ``[]``: one key for the task, whatever its arguments)."""
         return tuple(name for _, name in self._names)
 
     def key(self, args: Sequence[Any], kwargs: Mapping[str, Any], task: Any = None) -> str:

@@ -20,6 +20,9 @@ COUNTER_NAMES = (
     "retaken",
     "released",
     "redis_errors",
+    # apply_async calls refused by a lock taken at enqueue (lock_on="enqueue"): counted in the
+    # sending process, so a worker reports those its own tasks sent.
+    "refused_at_send",
 )
 
 _INDEX = {name: index for index, name in enumerate(COUNTER_NAMES)}

@@ -11,11 +11,12 @@ from celery.exceptions import Ignore, Retry
 
 from . import enqueue, outcomes
 from .acquisition import Execution, Holding, Refused, acquire, release_queued
+from .errors import DuplicateTaskError
 from .holders import handover_id, queued_id, task_id_of
 from .keys import KEY_HEADER, KeyBuilder
 from .options import LockOptions
 from .queues import QUEUE_FIELD
-from .runtime import run_function, runtime_for, task_options
+from .runtime import check_keywords, run_function, runtime_for, task_options
 
 __all__ = ["KEY_HEADER", "SingletonTask"]
 
@@ -37,7 +38,8 @@ class SingletonTask(Task[Any, Any]):
     lock_timeout: ClassVar[float | None] = None
     #: Seconds between renewals of a held lock (default ``lock_timeout / 3``).
     renew_interval: ClassVar[float | None] = None
-    #: ``None`` (every argument), a list of argument names, or ``(task, args, kwargs) -> str``.
+    #: ``None`` (every argument), a list of argument names (``[]``: one run of the task at a
+    #: time, whatever its arguments), or ``(task, args, kwargs) -> str``.
     lock_key: ClassVar[Any] = None
     #: ``"skip"``, ``"retry"``, ``"raise"`` or ``"wait"``.
     on_duplicate: ClassVar[str | None] = None
@@ -61,7 +63,9 @@ class SingletonTask(Task[Any, Any]):
     @classmethod
     def on_bound(cls, app: Celery) -> None:
         # Registration is where a bad option must surface, naming the task: validate the
-        # task's own options and its lock_key names against the body's signature now.
+        # task's own options and its lock_key names against the body's signature now, and
+        # refuse keywords that were meant as options but are not (typos, celery-once's).
+        check_keywords(cls, SingletonTask)
         options = task_options(cls)
         KeyBuilder("check", str(cls.name or cls.__name__), run_function(cls), options.get("lock_key"))
 
@@ -86,7 +90,9 @@ class SingletonTask(Task[Any, Any]):
                 # A re-queued copy of a redelivered message whose original has finished meanwhile.
                 logger.info("Dropped redelivered %s[%s]: it has finished already", self.name, request.id)
                 raise Ignore()
-            outcome = acquire(Execution.of(runtime, options, key, str(request.id), request.hostname))
+            outcome = acquire(
+                Execution.of(runtime, options, key, self.name, str(request.id), request.hostname)
+            )
         except redis.RedisError as exc:
             # "retry" re-queues it, "fail" fails it (both raise); "run" runs it unlocked.
             outcomes.on_redis_error(self, runtime.settings.url, options, key, exc)
@@ -176,8 +182,11 @@ class SingletonTask(Task[Any, Any]):
             return super().apply_async(args, kwargs, task_id, *rest, **options)
         return enqueue.send(self, super().apply_async, args, kwargs, task_id, options)
 
-    def _refused_at_send(self, key: str, holder: str) -> Any:
-        """A new call whose key is held: nothing is published, the caller gets the holder's
-        result (a subclass may answer otherwise: the compat bases raise)."""
-        logger.info("Not sending duplicate %s: %s is held by %s", self.name, key, holder)
+    def _refused_at_send(self, options: LockOptions, key: str, task_id: str, holder: str) -> Any:
+        """A new call (``task_id``, not sent) whose key is held: the caller gets the holder's
+        AsyncResult, or with ``on_duplicate="raise"`` a DuplicateTaskError (as celery-once's
+        AlreadyQueued and celery-singleton's raise_on_duplicate do). The compat bases answer
+        as their peers did."""
+        if options.on_duplicate == "raise":
+            raise DuplicateTaskError(self.name, task_id, key, holder)
         return self.AsyncResult(task_id_of(holder))

@@ -17,7 +17,7 @@ from ..engine import LockEngine, LockInfo, make_engine
 from ..errors import OptionError
 from ..holders import task_id_of
 from ..keys import KEY_HEADER
-from ..options import check_argument, source_task
+from ..options import LockOptions, check_argument, source_task
 from ..runtime import SOCKET_TIMEOUT, reset_runtime, run_function, runtime_for
 from ..task import SingletonTask
 from ..urls import make_client, resolve_redis_url
@@ -237,7 +237,7 @@ class CompatTask(SingletonTask):
             result = self.AsyncResult(task_id_of(refused.holder))
             return result, Refusal(refused.key, result.id, info.holder, info.ttl_ms)
 
-    def _refused_at_send(self, key: str, holder: str) -> Any:
+    def _refused_at_send(self, options: LockOptions, key: str, task_id: str, holder: str) -> Any:
         raise _Refused(key, holder)
 
 

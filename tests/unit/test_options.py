@@ -11,7 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celery_redislock.errors import ConfigurationError, OptionError, RedisURLError
-from celery_redislock.options import OPTION_NAMES, LockOptions, resolve, source_queue, source_task, validate
+from celery_redislock.options import (
+    CLOSE_TO_OPTION,
+    OPTION_NAMES,
+    PEER_OPTIONS,
+    LockOptions,
+    check_task_keywords,
+    resolve,
+    source_queue,
+    source_task,
+    validate,
+)
 from celery_redislock.settings import SETTING_DEFAULTS, AppSettings, read_settings
 from celery_redislock.urls import mask_url, resolve_redis_url
 
@@ -270,6 +280,14 @@ def test_lock_key_forms() -> None:
     assert resolve_layers(task={"lock_key": ["a"]}).lock_key == ("a",)
 
 
+@pytest.mark.parametrize("empty", [[], ()])
+def test_an_empty_lock_key_is_one_key_for_the_task_and_wins_over_other_layers(empty: Any) -> None:
+    # [] means "no argument in the key" (one at a time), not "unset": it must not fall through.
+    assert validate({"lock_key": empty}, TASK) == {"lock_key": ()}
+    assert resolve_layers(task={"lock_key": empty}, app={"lock_key": ["a"]}).lock_key == ()
+    assert LockOptions(lock_key=empty).lock_key == ()
+
+
 def test_lock_key_bare_str_gets_a_hint() -> None:
     err = bad({"lock_key": "user_id"})
     assert_names(err, "lock_key")
@@ -280,8 +298,6 @@ def test_lock_key_bare_str_gets_a_hint() -> None:
 @pytest.mark.parametrize(
     ("value", "says"),
     [
-        ([], "empty list"),
-        ((), "empty tuple"),
         (["a", 1], "1 is not an argument name"),
         (["a", ""], "'' is not an argument name"),
         (["a", "a"], "'a' is listed twice"),
@@ -294,6 +310,39 @@ def test_lock_key_bad_forms(value: Any, says: str) -> None:
     assert_names(err, "lock_key")
     assert "argument names" in str(err) and "callable" in str(err)
     assert says in str(err)
+
+
+# --- task keywords that are not options ------------------------------------------------------
+
+
+def test_task_keywords_of_the_users_own_pass_and_options_are_left_to_validate() -> None:
+    # Not close enough to an option (below CLOSE_TO_OPTION), nor another package's option.
+    check_task_keywords({"timeout": 5, "lock_name": "x", "report_to": "ops", "lock": True}, TASK)
+    check_task_keywords({"lock_timeout": -1}, TASK)  # an option: its value is validate's business
+
+
+@pytest.mark.parametrize(
+    "typo", ["lock_timout", "lockkey", "on_duplicates", "max_concurrent", "renewinterval"]
+)
+def test_a_task_keyword_close_to_an_option_is_refused_with_the_option_to_write(typo: str) -> None:
+    with pytest.raises(OptionError) as info:
+        check_task_keywords({typo: 1}, TASK)
+    assert_names(info.value, typo)
+    assert "did you mean" in str(info.value)
+
+
+def test_the_closeness_cutoff_is_above_difflibs_default_so_shared_words_pass() -> None:
+    # 0.6 (difflib's default) would take 'timeout' (0.74) for lock_timeout.
+    assert 0.75 < CLOSE_TO_OPTION <= 0.85
+
+
+@pytest.mark.parametrize("peer", sorted(PEER_OPTIONS))
+def test_every_celery_once_and_celery_singleton_option_is_refused_whatever_its_value(peer: str) -> None:
+    for value in (None, True, 3600, ["a"], {"keys": ["a"]}, object()):
+        with pytest.raises(OptionError) as info:
+            check_task_keywords({peer: value}, TASK)
+        assert_names(info.value, peer)
+        assert "SingletonTask ignores; write " in str(info.value)
 
 
 # --- precedence -----------------------------------------------------------------------------
