@@ -13,6 +13,7 @@ import redis
 from celery import Celery, signals
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 
+from .bootstep import SettingsCheck
 from .renewal import get_renewer
 from .runtime import holder_prefix, runtime_for
 from .stats import counters
@@ -127,12 +128,14 @@ _node: dict[str, str | None] = {"name": None}
 
 
 @signals.worker_init.connect(weak=False)
-def _check_settings(sender: Any = None, **_: Any) -> None:
+def _add_settings_check(sender: Any = None, **_: Any) -> None:
     _node["name"] = getattr(sender, "hostname", None)
-    # Bad redislock_* settings fail the worker at start, not the first task.
+    # Bad redislock_* settings must stop the worker before it consumes anything, but what a
+    # signal receiver raises is swallowed: add the bootstep that checks them instead. The
+    # worker sends worker_init just before it builds its blueprint from app.steps["worker"].
     app: Celery | None = getattr(sender, "app", None)
-    if app is not None and any(isinstance(task, SingletonTask) for task in app.tasks.values()):
-        runtime_for(app)
+    if app is not None:
+        app.steps["worker"].add(SettingsCheck)
 
 
 @signals.worker_process_shutdown.connect(weak=False)
