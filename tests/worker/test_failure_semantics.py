@@ -208,23 +208,18 @@ def unrecorded(self, tag):
 
 
 @pytest.fixture
-def redelivery_worker(
-    urls: dict[str, str], worker_process: Callable[..., WorkerProcess]
-) -> Callable[[], WorkerProcess]:
-    def start() -> WorkerProcess:
-        return worker_process(worker_module(urls, "semantics", REDELIVERY), "-c", "2", "-n", "semantics@test")
-
-    return start
+def redelivery(
+    urls: dict[str, str], make_app: Callable[..., Celery], worker_process: Callable[..., WorkerProcess]
+) -> tuple[WorkerProcess, Celery]:
+    """A prefork worker running ``REDELIVERY``, and a client app on the same short visibility timeout."""
+    proc = worker_process(worker_module(urls, "semantics", REDELIVERY), "-c", "2", "-n", "semantics@test")
+    return proc, make_app(broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT})
 
 
 def test_a_redelivered_copy_is_counted_as_retried_and_dropped_once_the_original_failed(
-    coord: redis.Redis,
-    locks: redis.Redis,
-    make_app: Callable[..., Celery],
-    redelivery_worker: Callable[[], WorkerProcess],
+    coord: redis.Redis, locks: redis.Redis, redelivery: tuple[WorkerProcess, Celery]
 ) -> None:
-    proc = redelivery_worker()
-    client = make_app(broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT})
+    proc, client = redelivery
     before = stats_of(client, "semantics@test")
     assert before is not None
     result = client.send_task("semantics.fails", args=["f"])
@@ -245,13 +240,9 @@ def test_a_redelivered_copy_is_counted_as_retried_and_dropped_once_the_original_
 
 
 def test_without_a_result_the_copy_runs_again_after_the_original_never_beside_it(
-    coord: redis.Redis,
-    locks: redis.Redis,
-    make_app: Callable[..., Celery],
-    redelivery_worker: Callable[[], WorkerProcess],
+    coord: redis.Redis, redelivery: tuple[WorkerProcess, Celery]
 ) -> None:
-    proc = redelivery_worker()
-    client = make_app(broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT})
+    proc, client = redelivery
     client.send_task("semantics.unrecorded", args=["u"])
     [(_, task_id)] = wait_started(coord, "u")
     wait_redelivered(client, proc, f"Re-queued redelivered semantics.unrecorded[{task_id}]")
