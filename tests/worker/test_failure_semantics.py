@@ -83,7 +83,7 @@ def test_redis_down_at_release_is_a_warning_counted_and_the_lock_expires_on_its_
             lock_server.stop()  # the body ends with the lock Redis down: its release fails
         return n
 
-    caplog.set_level(logging.WARNING, logger=TASK_LOG)
+    caplog.set_level(logging.WARNING, logger="celery_redislock")
     errors = counters.snapshot()["redis_errors"]
     with worker(app):
         assert stops_redis.delay(1).get(timeout=10) == 1
@@ -91,7 +91,14 @@ def test_redis_down_at_release_is_a_warning_counted_and_the_lock_expires_on_its_
         [line] = [r for r in caplog.records if r.getMessage().startswith("Could not release lock")]
         assert line.levelno == logging.WARNING and key.decode() in line.getMessage()
         assert "it expires in at most 2.0s" in line.getMessage()
-        assert counters.snapshot()["redis_errors"] == errors + 1
+
+        # Counted: the release, and each renewal cycle that ran while Redis was down (logged too;
+        # a cycle that began before the release discarded the lease may still be ending).
+        def counted() -> bool:
+            renewals = sum(r.getMessage().startswith("Could not renew") for r in caplog.records)
+            return bool(counters.snapshot()["redis_errors"] == errors + 1 + renewals)
+
+        assert poll(counted, 5)
         lock_server.start()  # the append-only file kept the lock: its TTL frees it
         client = lock_server.client()
         assert 0 < client.pttl(key) <= 2_000
