@@ -16,6 +16,7 @@ from celery import Celery, signals
 from celery.app.task import Context
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 
+from .bootstep import SettingsCheck
 from .holders import handover_id, holder_prefix, queued_id
 from .keys import KEY_HEADER
 from .queues import QUEUE_FIELD, consumed_queue
@@ -169,11 +170,13 @@ def _release_discarded(task: SingletonTask, request: Any) -> None:
 
 
 @signals.worker_init.connect(weak=False)
-def _check_settings(sender: Any = None, **_: Any) -> None:
-    # Bad redislock_* settings fail the worker at start, not the first task.
+def _add_settings_check(sender: Any = None, **_: Any) -> None:
+    # Bad redislock_* settings must stop the worker before it consumes anything, but what a
+    # signal receiver raises is swallowed: add the bootstep that checks them instead. The
+    # worker sends worker_init just before it builds its blueprint from app.steps["worker"].
     app: Celery | None = getattr(sender, "app", None)
-    if app is not None and any(isinstance(task, SingletonTask) for task in app.tasks.values()):
-        runtime_for(app)
+    if app is not None:
+        app.steps["worker"].add(SettingsCheck)
 
 
 @signals.worker_process_shutdown.connect(weak=False)

@@ -7,7 +7,7 @@ import functools
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
@@ -226,13 +226,30 @@ def client_factory(
     configuration error), the client is made (for a cluster: connected) when called."""
     options = {**TRANSPORT_OPTION_DEFAULTS, **(transport_options or {})}
     topology = url_topology(url)
+    for part in url.split(";"):
+        _check_part(part, topology)
     if topology == "sentinel":
         return functools.partial(_sentinel_master, url, options, kwargs)
-    for part in url.split(";"):
-        parse_url(_without_cluster_param(part))  # type: ignore[no-untyped-call]  # a port that is not a number...
     if topology == "cluster":
         return functools.partial(_cluster, url, kwargs)
-    return functools.partial(redis.Redis.from_url, url, **kwargs)
+    return functools.partial(redis.Redis.from_url, _without_cluster_param(url), **kwargs)
+
+
+def _check_part(part: str, topology: str) -> None:
+    """ValueError, naming the (masked) URL, for what redis-py would only find when it connects
+    (a port that is not a number, a query value it cannot read) or would silently ignore (a
+    database that is not a number: redis-py then uses database 0)."""
+    try:
+        parts = urlsplit(part)
+        parts.port  # noqa: B018  # urllib checks the port when it is read
+        if parts.scheme != "unix":
+            db = unquote(parts.path).strip("/")
+            if db and not db.isdigit():
+                raise ValueError(f"the database {db!r} is not a number")
+        if topology != "sentinel":  # redis-py's parser knows redis://, rediss://, unix:// only
+            parse_url(_without_cluster_param(part))  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise ValueError(f"{mask_url(part)!r}: {exc}") from None
 
 
 def _sentinel_master(url: str, options: Mapping[str, Any], kwargs: dict[str, Any]) -> redis.Redis:
@@ -278,7 +295,9 @@ def _cluster(url: str, kwargs: dict[str, Any]) -> RedisCluster:
 
 
 def _without_cluster_param(url: str) -> str:
-    # redis-py would pass an unknown query parameter on to every connection as a keyword.
+    # redis-py would pass an unknown query parameter on to every connection as a keyword
+    # (``?cluster=false`` too: a TypeError at the first command).
     parts = urlsplit(url)
     query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != CLUSTER_PARAM])
-    return urlunsplit(parts._replace(query=query))
+    # Spelled out: urlunsplit drops the '//' of unix:///path, which redis-py then refuses.
+    return f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{query}" if query else "")

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from celery_redislock.contrib.testing import ClusterSet, SentinelSet
+from celery_redislock.contrib.testing import ClusterSet, SentinelSet, find_redis_server, server_version
 
 settings.register_profile("ci", deadline=None)
 settings.register_profile(
@@ -29,6 +29,15 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_report_header() -> str:
+    # Which server this run tests against ($REDISLOCK_REDIS_SERVER): CI runs the suite on several.
+    try:
+        executable = find_redis_server()
+    except RuntimeError as exc:
+        return f"redis server: none ({exc})"
+    return f"redis server: {server_version(executable)} ({executable})"
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ from celery_redislock import (
     OptionError,
     SingletonTask,
 )
-from celery_redislock.stats import counters
 from celery_redislock.contrib.testing import RedisServer
+from celery_redislock.stats import counters
 
 from .conftest import WorkerProcess, lock_keys, open_gate, poll, stats_of, wait_started, worker_module
 

@@ -5,11 +5,20 @@ these live in ``celery_redislock.contrib.pytest`` (a pytest11 plugin)."""
 from __future__ import annotations
 
 from .roundtrips import RoundTrips, counting_client, counting_cluster_client
-from .servers import RedisServer, find_redis_server, free_port, free_ports, poll
+from .servers import (
+    BUNDLED_SERVERS,
+    RedisServer,
+    find_redis_server,
+    free_port,
+    free_ports,
+    poll,
+    server_version,
+)
 from .topologies import ClusterSet, SentinelSet
 from .workers import WorkerNotReady, WorkerProcess
 
 __all__ = [
+    "BUNDLED_SERVERS",
     "ClusterSet",
     "RedisServer",
     "RoundTrips",
@@ -22,4 +31,5 @@ __all__ = [
     "free_port",
     "free_ports",
     "poll",
+    "server_version",
 ]

