@@ -23,8 +23,8 @@ import time
 import redis
 
 from celery_redislock.contrib.testing import SentinelSet
-from celery_redislock.engine import Lease, make_engine
-from celery_redislock.renewal import Renewer
+from celery_redislock.core import Lease, make_engine
+from celery_redislock.core.renewal import Renewer
 from celery_redislock.stats import counters
 from celery_redislock.urls import make_client
 

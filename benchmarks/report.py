@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from celery_redislock.engine import RENEW_CHUNK
+from celery_redislock.core.scripts import RENEW_CHUNK
 
 #: What a variant is, in the tables.
 LABELS = {

@@ -8,7 +8,9 @@ from typing import Any
 # Imported for what importing them does: register `inspect redislock_stats`, connect the worker
 # lifecycle handlers. Both must happen in every process that imports the package.
 from . import control, signals  # noqa: F401
-from .engine import AcquireResult, AcquireStatus, Lease, LockEngine, RenewReport
+from .core import AcquireResult, AcquireStatus, Lease, LockEngine, RenewReport
+from .core.lock import RedisLock
+from .core.semaphore import RedisSemaphore
 from .errors import (
     ConfigurationError,
     DuplicateTaskError,
@@ -21,8 +23,6 @@ from .errors import (
     RedisLockError,
     RedisURLError,
 )
-from .lock import RedisLock
-from .semaphore import RedisSemaphore
 from .task import SingletonTask
 
 __all__ = [

@@ -13,7 +13,10 @@ from typing import Union
 
 import redis
 
-from .engine import AcquireResult, Lease, LeaseEngine, SemaphoreEngine, SemaphoreLease, SlotResult
+from .core import AcquireResult, Lease, LeaseEngine, SemaphoreEngine, SemaphoreLease, SlotResult
+from .core.renewal import get_renewer
+from .core.semaphore import take_slot
+from .core.waiting import wait_for
 from .holders import (
     QUEUED_SUFFIX,
     any_delivery_prefix,
@@ -25,11 +28,8 @@ from .holders import (
     task_id_of,
 )
 from .options import LockOptions
-from .renewal import get_renewer
 from .runtime import Runtime
-from .semaphore import take_slot
 from .stats import counters
-from .waiting import wait_for
 
 __all__ = ["WAIT_FALLBACK_POLL", "Execution", "Holding", "Refused", "acquire", "release_queued"]
 

@@ -15,7 +15,7 @@ from celery.bin.base import CeleryCommand, CeleryOption, CLIContext, handle_prel
 from celery.exceptions import CeleryCommandException
 from celery.platforms import EX_FAILURE, EX_UNAVAILABLE
 
-from .engine import as_text
+from .core.leases import as_text
 from .errors import RedisLockError
 from .keys import parse_key
 from .runtime import Runtime, runtime_for

@@ -14,7 +14,7 @@ from celery import Celery, Task
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .engine import LeaseEngine, LockEngine, SemaphoreEngine, make_engine, make_semaphore_engine
+from .core import LeaseEngine, LockEngine, SemaphoreEngine, make_engine, make_semaphore_engine
 from .keys import KeyBuilder, release_channel
 from .options import OPTION_NAMES, LockOptions, check_task_keywords, source_task, validate
 from .settings import SETTING_DEFAULTS, AppSettings, read_settings

@@ -17,10 +17,10 @@ from celery.app.task import Context
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 
 from .bootstep import SettingsCheck
+from .core.renewal import get_renewer
 from .holders import handover_id, holder_prefix, queued_id
 from .keys import KEY_HEADER
 from .queues import QUEUE_FIELD, consumed_queue
-from .renewal import get_renewer
 from .runtime import runtime_for
 from .stats import counters
 from .task import SingletonTask

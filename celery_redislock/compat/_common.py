@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import redis
 from celery import Celery
 
-from ..engine import LockEngine, LockInfo, make_engine
+from ..core import LockEngine, LockInfo, make_engine
 from ..errors import OptionError
 from ..holders import task_id_of
 from ..keys import KEY_HEADER

@@ -9,10 +9,10 @@ from typing import Any, ClassVar
 from celery import Celery, states
 from celery.result import EagerResult
 
+from ..core.waiting import wait_for
 from ..errors import DuplicateTaskError, OptionError
 from ..options import source_task
 from ..runtime import runtime_for
-from ..waiting import wait_for
 from ._common import CompatTask, Refusal, flag, lock_key_of, seconds, signature_arguments
 
 __all__ = ["AlreadyQueued", "QueueOnce", "legacy_once_key"]

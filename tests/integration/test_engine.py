@@ -10,7 +10,8 @@ import pytest
 import redis
 
 from celery_redislock.contrib.testing import RedisServer, counting_client
-from celery_redislock.engine import RENEW_CHUNK, AcquireStatus, Lease, LockEngine
+from celery_redislock.core import AcquireStatus, Lease, LockEngine
+from celery_redislock.core.scripts import RENEW_CHUNK
 
 
 def poll(condition: Callable[[], bool], timeout: float = 5.0) -> bool:

@@ -12,8 +12,8 @@ import pytest
 import redis
 
 from celery_redislock.contrib.testing import RedisServer
-from celery_redislock.engine import Lease, LockEngine
-from celery_redislock.renewal import Renewer, get_renewer
+from celery_redislock.core import Lease, LockEngine
+from celery_redislock.core.renewal import Renewer, get_renewer
 from celery_redislock.stats import counters
 
 

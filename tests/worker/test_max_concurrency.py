@@ -17,7 +17,7 @@ from celery import Celery
 
 from celery_redislock import DuplicateTaskError, OptionError, SingletonTask
 from celery_redislock.contrib.testing import RedisServer, counting_client
-from celery_redislock.engine import SemaphoreEngine
+from celery_redislock.core import SemaphoreEngine
 from celery_redislock.runtime import runtime_for
 
 from .conftest import WorkerProcess, lock_keys, open_gate, poll, wait_started, worker_module

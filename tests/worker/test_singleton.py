@@ -14,7 +14,7 @@ from celery.exceptions import ChordError
 
 from celery_redislock import DuplicateTaskError, LockUnavailableError, OptionError, SingletonTask
 from celery_redislock.contrib.testing import RedisServer, counting_client
-from celery_redislock.engine import LockEngine
+from celery_redislock.core import LockEngine
 from celery_redislock.runtime import runtime_for
 from celery_redislock.stats import counters
 

@@ -12,11 +12,12 @@ from typing import Any, Callable, Generic, TypeVar
 
 import redis
 
-from .engine import Lease, LeaseEngine, LockEngine, make_engine
-from .errors import LockAcquireError, LockError, LockNotOwnedError
-from .holders import new_holder_id
-from .keys import release_channel
-from .options import check_argument
+from ..errors import LockAcquireError, LockError, LockNotOwnedError
+from ..holders import new_holder_id
+from ..keys import release_channel
+from ..options import check_argument
+from .leases import Lease, LeaseEngine
+from .locks import LockEngine, make_engine
 from .renewal import get_renewer
 from .waiting import DEFAULT_RETRY_DELAY, wait_for
 

@@ -6,10 +6,11 @@ import logging
 
 import redis
 
-from .engine import Lease, SemaphoreEngine, SemaphoreLease, SlotResult, make_semaphore_engine
-from .keys import release_channel
+from ..keys import release_channel
+from ..options import check_argument
+from .leases import Lease, SemaphoreLease, SlotResult
 from .lock import HeldInRedis, PerClient, to_ms
-from .options import check_argument
+from .semaphores import SemaphoreEngine, make_semaphore_engine
 from .waiting import DEFAULT_RETRY_DELAY, wait_for
 
 __all__ = ["RedisSemaphore", "semaphore_engine_for", "take_slot", "waiter_ttl"]

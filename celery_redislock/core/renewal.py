@@ -9,8 +9,8 @@ from collections import Counter
 
 import redis
 
-from .engine import Lease, LeaseEngine, RenewReport
-from .stats import counters
+from ..stats import counters
+from .leases import Lease, LeaseEngine, RenewReport
 
 __all__ = ["Renewer", "get_renewer"]
 

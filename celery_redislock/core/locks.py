@@ -1,0 +1,230 @@
+"""LockEngine: acquire, renew, transfer and release locks in Redis (one Redis, or a cluster)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+from redis.commands.core import Script
+
+from .leases import AcquireResult, AcquireStatus, Client, Lease, LockInfo, RenewReport, as_text
+from .scripts import (
+    ACQUIRE,
+    RELEASE,
+    RENEW,
+    TRANSFER,
+    BatchRenewal,
+    DirectConnection,
+    chunks,
+    flatten,
+    pipelined_scripts,
+    renew_report,
+    ttl_arg,
+)
+
+__all__ = ["ClusterLockEngine", "LockEngine", "make_engine"]
+
+
+class LockEngine(BatchRenewal):
+    """The Redis side of a lock: every operation is one script call, so one round trip.
+
+    The engine owns no state about who holds what: holders are ids chosen by the caller,
+    compared server-side, so any thread or process can renew or release a lock it knows the
+    holder id of.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self._acquire = client.register_script(ACQUIRE)
+        self._release = client.register_script(RELEASE)
+        self._renew = client.register_script(RENEW)
+        self._transfer = client.register_script(TRANSFER)
+        self._direct = DirectConnection.for_client(client)
+
+    def acquire(
+        self,
+        key: str,
+        holder: str,
+        ttl_ms: int,
+        handover: str | None = None,
+        takeover_suffix: str | None = None,
+        *,
+        expect_free: bool = True,
+    ) -> AcquireResult:
+        """Take ``key`` for ``holder``, re-enter it if ``holder`` has it, or take it over from
+        ``handover`` (an id a previous holder left for this one) or from any holder id ending
+        with ``takeover_suffix``; else report the holder.
+
+        The key is usually free: then a plain ``SET NX PX`` takes it, the script's own first
+        step, without the cost of a script call. Only when that finds the key held does the
+        acquire script run (re-entry, take-over, or reporting the holder): a second round
+        trip, on the contended path only. ``expect_free=False`` skips the ``SET`` where the
+        caller knows the key is most likely held (a task locked at enqueue, to take over).
+        """
+        ttl = ttl_arg(ttl_ms)
+        if expect_free and self._set_nx(key, holder, ttl):
+            return AcquireResult(AcquireStatus.TAKEN, holder)
+        reply = self._script(self._acquire, key, holder, ttl, handover or "", takeover_suffix or "")
+        if isinstance(reply, int):
+            return AcquireResult(AcquireStatus(reply), holder)
+        return AcquireResult(None, as_text(reply))
+
+    def release(self, key: str, holder: str, *, notify: str | None = None) -> bool:
+        """Delete ``key`` if ``holder`` still has it; PUBLISH the key on ``notify`` if given.
+
+        Returns False when the lock had expired or another holder has it (nothing deleted).
+        """
+        return bool(self._script(self._release, key, holder, "0", notify or "") == 1)
+
+    def release_holder_prefix(self, key: str, prefix: str, *, notify: str | None = None) -> bool:
+        """Delete ``key`` if its holder id starts with ``prefix``: how a parent process frees
+        the lock of a child that died, knowing its task id and pid but not its full holder id."""
+        return bool(self._script(self._release, key, prefix, "1", notify or "") == 1)
+
+    def transfer(self, key: str, holder: str, to: str, ttl_ms: int) -> bool:
+        """Make ``to`` the holder of ``key`` (TTL ``ttl_ms``) if ``holder`` still has it: how
+        an execution hands its lock to the next run of its task id."""
+        return bool(self._script(self._transfer, key, holder, to, ttl_arg(ttl_ms)) == 1)
+
+    def _set_nx(self, key: str, holder: str, ttl: str) -> bool:
+        """``SET key holder NX PX ttl``: True when it took the key."""
+        if self._direct is not None:
+            return self._direct.execute("SET", key, holder, "NX", "PX", ttl) is not None
+        return bool(self.client.set(key, holder, nx=True, px=int(ttl)))
+
+    def _script(self, script: Script, key: str, *args: str) -> Any:
+        """One call of a one-key ``script``, on the direct connection where there is one."""
+        if self._direct is not None:
+            return self._direct.script(script, [key], args)
+        return script(keys=[key], args=args)
+
+    def holder_of(self, key: str) -> str | None:
+        """The id holding ``key`` now, or None: for diagnostics, never for a decision."""
+        value = self.client.get(key)
+        return None if value is None else as_text(value)
+
+    def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
+        calls = []
+        for chunk in chunks(batch):
+            args: list[str] = []
+            for lease in chunk:
+                args += (lease.holder, ttl_arg(lease.ttl_ms))
+            calls.append(([lease.key for lease in chunk], args))
+        assert isinstance(self.client, redis.Redis)  # a cluster's engine overrides this
+        return renew_report(batch, flatten(pipelined_scripts(self.client, self._renew, calls)))
+
+    # -- many keys at once: listing and purging (the CLI) ------------------------------------
+
+    def scan(self, match: str, count: int) -> Iterator[bytes | str]:
+        """Every key matching the glob ``match``, SCAN ``count`` at a time (never KEYS, which
+        blocks Redis); a key may come twice, as SCAN promises no more."""
+        yield from self.client.scan_iter(match=match, count=count)
+
+    def inspect(self, keys: Sequence[bytes | str]) -> list[LockInfo]:
+        """Holder id and PTTL of each key, in one pipeline (one round trip per Redis node)."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.get(key)
+            pipe.pttl(key)
+        replies = pipe.execute(raise_on_error=False)
+        found = []
+        for key, value, pttl in zip(keys, replies[::2], replies[1::2]):
+            # A value that is not a string (WRONGTYPE) or a key gone since (None, PTTL -2): no lock.
+            holder = as_text(value) if isinstance(value, (bytes, str)) and pttl != -2 else None
+            found.append(LockInfo(as_text(key), holder, pttl if isinstance(pttl, int) else -2))
+        return found
+
+    def delete_many(
+        self, keys: Sequence[bytes | str], notify: Callable[[str], str] | None = None
+    ) -> list[bool]:
+        """UNLINK each key whoever holds it, and PUBLISH it on ``notify(key)`` as a release
+        does, for waiters; one pipeline (one round trip per node). Returns which were deleted."""
+        return _delete_many(self.client, keys, notify)
+
+
+class ClusterLockEngine(LockEngine):
+    """A LockEngine on a Redis Cluster. A lock is one key, so one slot: acquire, release and
+    transfer go to the key's node as they are. The batched renewal cannot name keys of many
+    slots as KEYS (Redis answers CROSSSLOT), so it groups the leases by node and sends each
+    node one script call with its keys in ARGV, to that node (``target_nodes``)."""
+
+    client: RedisCluster
+
+    def renew_many(self, leases: Iterable[Lease]) -> RenewReport:
+        report = RenewReport()
+        failed: list[Lease] = []
+        error: redis.RedisError | None = None
+        for batch in self._partition(leases):
+            try:
+                report.merge(self._renew_batch(batch))
+            except redis.RedisError as exc:  # this node only: the others are still renewed
+                failed += batch
+                error = exc
+        if error is not None:
+            # A failover or a resharding moved slots: learn the slot map again, retry once.
+            self.client.nodes_manager.initialize()
+            for batch in self._partition(failed):
+                report.merge(self._renew_batch(batch))
+        return report
+
+    def _partition(self, leases: Iterable[Lease]) -> Iterator[Sequence[Lease]]:
+        by_node: dict[str, list[Lease]] = {}
+        for lease in leases:
+            by_node.setdefault(self._node_of(lease.key).name, []).append(lease)
+        yield from by_node.values()
+
+    def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
+        # The node's own client: a cluster pipeline refuses EVALSHA, a node's does not.
+        node_client = self.client.get_redis_connection(self._node_of(batch[0].key))
+        calls = []
+        for chunk in chunks(batch):
+            args: list[str] = []
+            for lease in chunk:
+                args += (lease.key, lease.holder, ttl_arg(lease.ttl_ms))
+            calls.append(((), args))
+        return renew_report(batch, flatten(pipelined_scripts(node_client, self._renew, calls)))
+
+    def _node_of(self, key: str) -> Any:
+        """The primary serving ``key``'s slot, as the client's slot map says."""
+        return self.client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+
+    def scan(self, match: str, count: int) -> Iterator[bytes | str]:
+        # SCAN walks one node's keyspace: walk every primary's.
+        for node in self.client.get_primaries():  # type: ignore[no-untyped-call]
+            yield from self.client.scan_iter(match=match, count=count, target_nodes=node)
+
+    def delete_many(
+        self, keys: Sequence[bytes | str], notify: Callable[[str], str] | None = None
+    ) -> list[bool]:
+        # A cluster pipeline refuses PUBLISH: send each node's keys through that node's own
+        # client instead (PUBLISH reaches subscribers on every node), one pipeline per node.
+        by_node: dict[str, tuple[Any, list[int]]] = {}
+        for index, key in enumerate(keys):
+            node = self._node_of(as_text(key))
+            by_node.setdefault(node.name, (node, []))[1].append(index)
+        deleted = [False] * len(keys)
+        for node, indexes in by_node.values():
+            node_client = self.client.get_redis_connection(node)
+            for index, gone in zip(indexes, _delete_many(node_client, [keys[i] for i in indexes], notify)):
+                deleted[index] = gone
+        return deleted
+
+
+def _delete_many(
+    client: Client, keys: Sequence[bytes | str], notify: Callable[[str], str] | None
+) -> list[bool]:
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.unlink(key)
+        if notify is not None:
+            pipe.publish(notify(as_text(key)), key)
+    replies = pipe.execute()
+    step = 1 if notify is None else 2
+    return [bool(deleted) for deleted in replies[::step]]
+
+
+def make_engine(client: Client) -> LockEngine:
+    """The engine for ``client``: a ClusterLockEngine for a RedisCluster."""
+    return ClusterLockEngine(client) if isinstance(client, RedisCluster) else LockEngine(client)
