@@ -8,7 +8,8 @@ The decision only: what a task does when it is refused, or when Redis is unreach
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Union
 
 import redis
@@ -30,6 +31,7 @@ from .holders import (
 from .options import LockOptions
 from .runtime import Runtime
 from .stats import counters
+from .throttle import end_throttle
 
 __all__ = ["WAIT_FALLBACK_POLL", "Execution", "Holding", "Refused", "acquire", "release_queued"]
 
@@ -91,6 +93,8 @@ class Holding:
     #: the runtime's lock engine, or its semaphore engine (max_concurrency > 1)
     engine: LeaseEngine
     lease: Lease
+    #: When the run started (monotonic): a throttle's window counts from here.
+    started: float = field(default_factory=time.monotonic)
 
     def release(self, hand_to: tuple[str, int] | None = None) -> None:
         """Release it, or hand it (``(holder id, TTL ms)``) to the next run of this task id."""
@@ -99,6 +103,8 @@ class Holding:
         try:
             if hand_to is not None:  # a lock (a semaphore's slot is never handed over)
                 runtime.engine.transfer(lease.key, lease.holder, *hand_to)
+            elif self.options.throttle is not None:
+                end_throttle(self)
             elif engine.release(lease.key, lease.holder, notify=runtime.release_channel(lease.key)):
                 counters.incr("released")
             else:

@@ -89,6 +89,8 @@ def send(
         return publish(args, kwargs, task_id, headers=headers, **options)
     if not result.acquired and new_call:
         counters.incr("refused_at_send")
+        if plan.options.throttle is not None:
+            counters.incr("throttled")
         logger.info("Not sending duplicate %s: %s is held by %s", task.name, key, result.holder)
         return task._refused_at_send(plan.options, key, task_id, result.holder)
     if not result.acquired and task_id_of(result.holder) != task_id:

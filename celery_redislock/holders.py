@@ -4,6 +4,7 @@ the prefixes and suffixes these functions give).
 - ``{task id}@{node}:{boot id}:{pid}:{n}``: an execution (a delivery of a message) holding its lock;
 - ``{task id}@queued``: a lock taken by ``apply_async`` (``lock_on="enqueue"``);
 - ``{task id}@handover``: a lock kept for the next run of a task id (a retry);
+- ``{task id}@throttled``: a throttle's window, kept after the run of that task id that opened it;
 - ``{uuid4 hex}@{host}:{pid}``: a ``RedisLock``/``RedisSemaphore`` acquisition.
 """
 
@@ -28,6 +29,7 @@ __all__ = [
     "process_alive",
     "queued_id",
     "task_id_of",
+    "throttled_id",
 ]
 
 
@@ -118,3 +120,9 @@ def new_holder_id() -> str:
     """A fresh holder id for a ``RedisLock`` or ``RedisSemaphore``: unique, and naming the host
     and process for whoever reads it."""
     return f"{uuid.uuid4().hex}@{socket.gethostname()}:{os.getpid()}"
+
+
+def throttled_id(task_id: str) -> str:
+    """The value a throttled key keeps after the run of ``task_id`` ended, for the rest of the
+    window that run opened (``throttle``)."""
+    return f"{_escaped(task_id)}@throttled"

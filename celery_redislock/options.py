@@ -64,6 +64,7 @@ class LockOptions:
     on_redis_error: OnRedisError = "retry"
     max_concurrency: int = 1
     lock_until: LockUntil = "finished"
+    throttle: float | None = None
 
     def __post_init__(self) -> None:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -88,6 +89,11 @@ class LockOptions:
     def renew_interval_ms(self) -> int:
         """The effective renew interval in whole milliseconds (at least 1)."""
         return _ms(self.renew_interval_s)
+
+    @property
+    def throttle_ms(self) -> int:
+        """``throttle`` in whole milliseconds (0 when not throttled)."""
+        return 0 if self.throttle is None else _ms(self.throttle)
 
     @property
     def queued_timeout_ms(self) -> int:
@@ -168,6 +174,15 @@ def _check_bool(value: Any) -> bool:
     return value
 
 
+def _check_throttle(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        return _positive_seconds(value)
+    except _Bad as bad:
+        raise _Bad(str(bad).replace("must be", "must be None or", 1)) from None
+
+
 def _check_max_concurrency(value: Any) -> int:
     what = "must be an int >= 1"
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -218,6 +233,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "on_redis_error": _choice(get_args(OnRedisError)),
     "max_concurrency": _check_max_concurrency,
     "lock_until": _choice(get_args(LockUntil)),
+    "throttle": _check_throttle,
 }
 assert set(_CHECKS) == OPTION_NAMES, "every option of LockOptions needs a check"
 
@@ -387,6 +403,21 @@ def _clash(options: Mapping[str, Any]) -> tuple[str, str, str] | None:
             f"taken at enqueue can be released when the task starts)"
         )
         return "lock_until", problem, "lock_on"
+    return _mode_clash(options, limit)
+
+
+def _mode_clash(options: Mapping[str, Any], limit: int) -> tuple[str, str, str] | None:
+    """The dedup modes (README, "Which call runs") against the options they cannot go with.
+
+    ``throttle`` keeps the key after the run: one key, so not a semaphore's slots; its window
+    starts when a run starts, so the lock must be held from there (not released at the start).
+    """
+    if options.get("throttle") is not None:
+        if limit > 1:
+            return "throttle", f"cannot be used with max_concurrency={limit} (use 1)", "max_concurrency"
+        if options.get("lock_until") == "started":
+            problem = "cannot be used with lock_until='started' (the window starts when the run starts)"
+            return "throttle", problem, "lock_until"
     return None
 
 

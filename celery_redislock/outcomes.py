@@ -36,6 +36,8 @@ def on_duplicate(task: AnyTask, options: LockOptions, key: str, holder: str) -> 
     request = task.request
     error = DuplicateTaskError(task.name, str(request.id), key, holder)
     strategy = options.on_duplicate
+    if options.throttle is not None:
+        counters.incr("throttled")
     if strategy == "raise":
         counters.incr("skipped")
         raise error

@@ -15,6 +15,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .core import LeaseEngine, LockEngine, SemaphoreEngine, make_engine, make_semaphore_engine
+from .core.modes import ModeEngine
 from .keys import KeyBuilder, release_channel
 from .options import OPTION_NAMES, LockOptions, check_task_keywords, source_task, validate
 from .settings import SETTING_DEFAULTS, AppSettings, read_settings
@@ -196,6 +197,11 @@ class Runtime:
     def semaphores(self) -> SemaphoreEngine:
         """The engine of tasks with ``max_concurrency`` > 1, on the same client."""
         return make_semaphore_engine(self.engine.client)
+
+    @functools.cached_property
+    def modes(self) -> ModeEngine:
+        """The scripts of the dedup modes (throttle, keep_latest), on the same client."""
+        return ModeEngine(self.engine.client)
 
     def engine_for(self, options: LockOptions) -> LeaseEngine:
         """Where a task with ``options`` holds its key: a lock, or a semaphore's slot."""

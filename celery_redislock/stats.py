@@ -23,6 +23,9 @@ COUNTER_NAMES = (
     # apply_async calls refused by a lock taken at enqueue (lock_on="enqueue"): counted in the
     # sending process, so a worker reports those its own tasks sent.
     "refused_at_send",
+    # The dedup modes (README, "Which call runs"): calls refused inside a throttle's window (in
+    # the worker or at send).
+    "throttled",
 )
 
 _INDEX = {name: index for index, name in enumerate(COUNTER_NAMES)}

@@ -59,6 +59,8 @@ class SingletonTask(Task[Any, Any]):
     max_concurrency: ClassVar[int | None] = None
     #: ``"finished"``, or ``"started"`` (with ``lock_on="enqueue"``): unique while queued only.
     lock_until: ClassVar[str | None] = None
+    #: Seconds: at most one run of a key starts per window (README, "Which call runs").
+    throttle: ClassVar[float | None] = None
 
     @classmethod
     def on_bound(cls, app: Celery) -> None:
@@ -156,13 +158,15 @@ class SingletonTask(Task[Any, Any]):
         atomically, so no other call slips in between a release and a re-acquire. Either lives
         until the retry is due, plus the usual TTL."""
         queued_again = options.lock_on == "enqueue" and not self.request.is_eager  # eager: no queue
-        if options.max_concurrency > 1 or (options.release_on_retry and not queued_again):
+        # A throttled run's retry keeps its window: handed over, as with release_on_retry=False.
+        keep = not options.release_on_retry or options.throttle is not None
+        if options.max_concurrency > 1 or (not keep and not queued_again):
             return None
         if countdown is None and not eta:
             countdown = self.default_retry_delay  # what Celery's retry() falls back to
         delay_ms = int(enqueue.seconds_until(countdown, eta, self.app.timezone) * 1000)
         task_id = str(self.request.id)
-        if not options.release_on_retry:
+        if keep:
             return handover_id(task_id), options.timeout_ms + delay_ms
         return queued_id(task_id), options.queued_timeout_ms + delay_ms
 
