@@ -33,7 +33,17 @@ from .runtime import Runtime
 from .stats import counters
 from .throttle import end_throttle
 
-__all__ = ["WAIT_FALLBACK_POLL", "Execution", "Holding", "Refused", "acquire", "release_queued"]
+__all__ = [
+    "WAIT_FALLBACK_POLL",
+    "Execution",
+    "Holding",
+    "Outcome",
+    "Refused",
+    "acquire",
+    "freed_dead_delivery",
+    "hold",
+    "release_queued",
+]
 
 logger = logging.getLogger("celery_redislock.acquisition")
 
@@ -248,3 +258,8 @@ def _take_slot(engine: SemaphoreEngine, execution: Execution, *, blocking: bool)
         # redelivered (see outcomes.on_redelivered).
         siblings=any_delivery_prefix(execution.task_id),
     )
+
+
+# The dedup modes (latest.py) take a lock their own way, then hold it as acquire() does.
+hold = _hold
+freed_dead_delivery = _freed_dead_delivery

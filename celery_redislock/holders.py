@@ -5,6 +5,8 @@ the prefixes and suffixes these functions give).
 - ``{task id}@queued``: a lock taken by ``apply_async`` (``lock_on="enqueue"``);
 - ``{task id}@handover``: a lock kept for the next run of a task id (a retry);
 - ``{task id}@throttled``: a throttle's window, kept after the run of that task id that opened it;
+- ``{task id}@latest``: names the call that replaced a pending ``keep_latest`` call (never a
+  lock's value: the holder a replaced call's DuplicateTaskError names);
 - ``{uuid4 hex}@{host}:{pid}``: a ``RedisLock``/``RedisSemaphore`` acquisition.
 """
 
@@ -24,6 +26,7 @@ __all__ = [
     "handover_id",
     "holder_id",
     "holder_prefix",
+    "latest_id",
     "local_pid",
     "new_holder_id",
     "process_alive",
@@ -126,3 +129,8 @@ def throttled_id(task_id: str) -> str:
     """The value a throttled key keeps after the run of ``task_id`` ended, for the rest of the
     window that run opened (``throttle``)."""
     return f"{_escaped(task_id)}@throttled"
+
+
+def latest_id(task_id: str) -> str:
+    """How a replaced ``keep_latest`` call names the later call ``task_id`` that replaced it."""
+    return f"{_escaped(task_id)}@latest"

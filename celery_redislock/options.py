@@ -65,6 +65,7 @@ class LockOptions:
     max_concurrency: int = 1
     lock_until: LockUntil = "finished"
     throttle: float | None = None
+    keep_latest: bool = False
 
     def __post_init__(self) -> None:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -234,6 +235,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "max_concurrency": _check_max_concurrency,
     "lock_until": _choice(get_args(LockUntil)),
     "throttle": _check_throttle,
+    "keep_latest": _check_bool,
 }
 assert set(_CHECKS) == OPTION_NAMES, "every option of LockOptions needs a check"
 
@@ -411,6 +413,10 @@ def _mode_clash(options: Mapping[str, Any], limit: int) -> tuple[str, str, str] 
 
     ``throttle`` keeps the key after the run: one key, so not a semaphore's slots; its window
     starts when a run starts, so the lock must be held from there (not released at the start).
+    ``keep_latest`` makes a refused call the pending one (re-queued until the key is free or a
+    later call replaces it): it is its own duplicate strategy ("wait" and "retry" would fight
+    it), decided in the worker (not at enqueue), on one lock (not a semaphore), never with a
+    throttle (which call would a window keep?).
     """
     if options.get("throttle") is not None:
         if limit > 1:
@@ -418,6 +424,22 @@ def _mode_clash(options: Mapping[str, Any], limit: int) -> tuple[str, str, str] 
         if options.get("lock_until") == "started":
             problem = "cannot be used with lock_until='started' (the window starts when the run starts)"
             return "throttle", problem, "lock_until"
+    if options.get("keep_latest"):
+        if options.get("throttle") is not None:
+            return "keep_latest", "True cannot be used with throttle (choose one mode)", "throttle"
+        if limit > 1:
+            problem = f"True cannot be used with max_concurrency={limit} (one running, one pending)"
+            return "keep_latest", problem, "max_concurrency"
+        if options.get("lock_on") == "enqueue":
+            problem = "True cannot be used with lock_on='enqueue' (the pending call is chosen in the worker)"
+            return "keep_latest", problem, "lock_on"
+        strategy = options.get("on_duplicate")
+        if strategy in ("wait", "retry"):
+            problem = (
+                f"True cannot be used with on_duplicate={strategy!r} (a refused call becomes the "
+                "pending one; use 'skip' or 'raise' for how a replaced call ends)"
+            )
+            return "keep_latest", problem, "on_duplicate"
     return None
 
 

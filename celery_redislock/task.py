@@ -14,6 +14,7 @@ from .acquisition import Execution, Holding, Refused, acquire, release_queued
 from .errors import DuplicateTaskError
 from .holders import handover_id, queued_id, task_id_of
 from .keys import KEY_HEADER, KeyBuilder
+from .latest import acquire_latest
 from .options import LockOptions
 from .queues import QUEUE_FIELD
 from .runtime import check_keywords, run_function, runtime_for, task_options
@@ -61,6 +62,8 @@ class SingletonTask(Task[Any, Any]):
     lock_until: ClassVar[str | None] = None
     #: Seconds: at most one run of a key starts per window (README, "Which call runs").
     throttle: ClassVar[float | None] = None
+    #: One running and one pending (the latest) call per key.
+    keep_latest: ClassVar[bool | None] = None
 
     @classmethod
     def on_bound(cls, app: Celery) -> None:
@@ -92,9 +95,8 @@ class SingletonTask(Task[Any, Any]):
                 # A re-queued copy of a redelivered message whose original has finished meanwhile.
                 logger.info("Dropped redelivered %s[%s]: it has finished already", self.name, request.id)
                 raise Ignore()
-            outcome = acquire(
-                Execution.of(runtime, options, key, self.name, str(request.id), request.hostname)
-            )
+            execution = Execution.of(runtime, options, key, self.name, str(request.id), request.hostname)
+            outcome = acquire_latest(self, execution) if options.keep_latest else acquire(execution)
         except redis.RedisError as exc:
             # "retry" re-queues it, "fail" fails it (both raise); "run" runs it unlocked.
             outcomes.on_redis_error(self, runtime.settings.url, options, key, exc)

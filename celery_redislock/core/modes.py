@@ -1,16 +1,36 @@
 """The Redis side of the dedup modes (README, "Which call runs"): a throttle's window kept after
-its run. One script call each; keys of one slot (cluster-safe)."""
+its run, keep-latest's latest call. One script call each; keys of one slot (cluster-safe)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from .leases import Client, as_text
-from .scripts import load_script
+from .scripts import load_script, ttl_arg
 
-__all__ = ["THROTTLE_END", "ModeEngine"]
+__all__ = ["KEEP_LATEST", "THROTTLE_END", "LatestReply", "ModeEngine", "latest_key"]
 
 THROTTLE_END = load_script("throttle_end.lua")
+KEEP_LATEST = load_script("keep_latest.lua")
+
+
+def latest_key(key: str) -> str:
+    """Where keep_latest records the latest call of lock ``key``: ``{key}:latest``, in the lock
+    key's own cluster slot (a key without a hash tag hashes whole, as the tag does here)."""
+    return "{" + key + "}:latest"
+
+
+@dataclass(frozen=True)
+class LatestReply:
+    """``keep_latest.lua``'s answer: ``"run"``, ``"replaced"`` (``other`` is the task id of the
+    latest call) or ``"pending"`` (``other`` holds the lock)."""
+
+    status: str
+    other: str
+
+
+_STATUS = {0: "replaced", 1: "run", 2: "pending"}
 
 
 class ModeEngine:
@@ -19,6 +39,7 @@ class ModeEngine:
     def __init__(self, client: Client) -> None:
         self.client = client
         self._throttle_end = client.register_script(THROTTLE_END)
+        self._keep_latest = client.register_script(KEEP_LATEST)
 
     def end_throttle(self, key: str, holder: str, keep_as: str, left_ms: int, notify: str) -> Any:
         """Keep ``key`` as ``keep_as`` for the ``left_ms`` left in its window (deleted, and
@@ -27,3 +48,12 @@ class ModeEngine:
         left = str(max(0, left_ms))
         reply = self._throttle_end(keys=[key], args=[holder, keep_as, left, notify])
         return reply if isinstance(reply, int) or reply is None else as_text(reply)
+
+    def keep_latest(
+        self, key: str, holder: str, ttl_ms: int, task_id: str, latest_ttl_ms: int, *, recheck: bool
+    ) -> LatestReply:
+        """Record ``task_id`` as the latest call of ``key`` (a ``recheck``: only if it still is)
+        and take the lock for ``holder`` if it is free."""
+        args = [holder, ttl_arg(ttl_ms), task_id, ttl_arg(latest_ttl_ms), "1" if recheck else "0"]
+        code, other = self._keep_latest(keys=[key, latest_key(key)], args=args)
+        return LatestReply(_STATUS[int(code)], as_text(other))

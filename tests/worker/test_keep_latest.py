@@ -1,0 +1,159 @@
+"""``keep_latest=True``: one running and one pending call per key, the latest arguments win, on
+real prefork workers and a real redis-server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from celery_redislock import DuplicateTaskError, OptionError, SingletonTask
+
+from .conftest import WorkerProcess, open_gate, poll, stats_of, wait_started, worker_module
+
+NAME = "latest.render"
+
+TASK = """
+@app.task(base=SingletonTask, bind=True, name={name!r}, keep_latest=True, lock_key=["doc"])
+def render(self, doc, version):
+    coord.rpush("ran:" + str(doc), version)
+    return hold(self, "doc" + str(doc))
+"""
+
+
+def start(worker_process: Callable[..., WorkerProcess], urls: dict[str, str], node: str) -> WorkerProcess:
+    source = worker_module(urls, "latest", TASK.format(name=NAME))
+    return worker_process(source, "-c", "2", "-n", node)
+
+
+def sender(app: Celery) -> Any:
+    @app.task(base=SingletonTask, shared=False, name=NAME, keep_latest=True, lock_key=["doc"])
+    def render(doc: int, version: int) -> None:
+        raise AssertionError("runs in the worker only")
+
+    return render
+
+
+def latest_of(locks: redis.Redis) -> str | None:
+    keys = list(locks.scan_iter("{redislock:*}:latest"))
+    assert len(keys) <= 1, keys
+    value = locks.get(keys[0]) if keys else None
+    return None if value is None else value.decode()
+
+
+def test_a_burst_while_one_runs_leaves_one_pending_call_the_latest(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    node = f"latest-{uuid.uuid4().hex[:8]}@test"
+    proc = start(worker_process, urls, node)
+    app = make_app()
+    task = sender(app)
+    first = task.delay(1, 0)
+    wait_started(coord, "doc1")
+    with ThreadPoolExecutor(4) as pool:
+        burst = list(pool.map(lambda v: task.delay(1, v), range(1, 13)))
+    # Every call of the burst reached the worker (each new call is pending at first: one runs).
+    assert poll(lambda: all(f"Pending {NAME}[{r.id}]" in proc.log() for r in burst), 20), proc.log()
+    latest = latest_of(locks)
+    assert latest in {r.id for r in burst}
+    open_gate(coord, "doc1", times=2)
+    assert first.get(timeout=15) == "done doc1"
+    ran = [r for r in burst if r.get(timeout=20, propagate=False) == "done doc1"]
+    assert [r.id for r in ran] == [latest]  # exactly one more run: the latest call
+    for result in burst:
+        if result.id != latest:
+            error = result.get(timeout=15, propagate=False)
+            assert isinstance(error, DuplicateTaskError), error
+            assert error.holder_task_id == latest  # names the call that replaced it
+            assert f"Skipped duplicate {NAME}[{result.id}]" in proc.log()
+    latest_version = next(v for v, r in enumerate(burst, 1) if r.id == latest)
+    assert coord.lrange("ran:1", 0, -1) == [b"0", str(latest_version).encode()]
+    stats = stats_of(app, node)
+    assert stats is not None and stats["counters"]["replaced"] == len(burst) - 1, stats
+
+
+def test_a_child_killed_mid_run_lets_the_pending_call_run(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    proc = start(worker_process, urls, f"latest-{uuid.uuid4().hex[:8]}@test")
+    task = sender(make_app())
+    task.delay(2, 0)
+    [(pid, _)] = wait_started(coord, "doc2")
+    pending = task.delay(2, 1)
+    assert poll(lambda: f"Pending {NAME}[{pending.id}]" in proc.log(), 15), proc.log()
+    os.kill(pid, signal.SIGKILL)
+    assert poll(lambda: "its worker process died" in proc.log(), 15), proc.log()
+    # Two: Redis may hand one to the dead child's BLPOP before it sees its connection close.
+    open_gate(coord, "doc2", times=2)
+    # The parent freed the dead child's lock: the pending call runs at its next check.
+    assert poll(lambda: pending.ready(), 20), proc.log()
+    assert pending.get(timeout=20) == "done doc2"
+    assert coord.lrange("ran:2", 0, -1) == [b"0", b"1"]
+
+
+def test_keep_latest_on_the_threads_pool(
+    make_app: Callable[..., Celery], locks: redis.Redis, worker: Callable[..., Any]
+) -> None:
+    app = make_app()
+    gate = threading.Event()
+    ran: list[int] = []
+
+    @app.task(base=SingletonTask, shared=False, name="latest.threads", keep_latest=True, lock_key=["doc"])
+    def render(doc: int, version: int) -> int:
+        ran.append(version)
+        if version == 0:
+            assert gate.wait(30)
+        return version
+
+    with worker(app, pool="threads", concurrency=3):
+        first = render.delay(1, 0)
+        assert poll(lambda: ran == [0], 15)
+        replaced = render.delay(1, 1)
+        assert poll(lambda: latest_of(locks) == replaced.id, 15)  # it is the pending call
+        last = render.delay(1, 2)
+        with pytest.raises(DuplicateTaskError) as caught:
+            replaced.get(timeout=15)
+        assert caught.value.holder_task_id == last.id
+        gate.set()
+        assert first.get(timeout=15) == 0
+        assert last.get(timeout=15) == 2
+    assert ran == [0, 2]
+
+
+@pytest.mark.parametrize(
+    ("options", "other"),
+    [
+        ({"keep_latest": True, "on_duplicate": "wait"}, "on_duplicate"),
+        ({"keep_latest": True, "on_duplicate": "retry"}, "on_duplicate"),
+        ({"keep_latest": True, "lock_on": "enqueue"}, "lock_on"),
+        ({"keep_latest": True, "throttle": 5}, "throttle"),
+        ({"keep_latest": True, "max_concurrency": 2}, "max_concurrency"),
+    ],
+)
+def test_keep_latest_clashes_are_refused_at_registration(
+    options: dict[str, Any], other: str, make_app: Callable[..., Celery]
+) -> None:
+    app = make_app()
+    with pytest.raises(OptionError) as caught:
+
+        @app.task(base=SingletonTask, shared=False, name="latest.bad", **options)
+        def bad() -> None: ...
+
+        assert bad.name
+
+    assert "option 'keep_latest'" in str(caught.value) and other in str(caught.value)
