@@ -5,6 +5,8 @@ the prefixes and suffixes these functions give).
 - ``{task id}@queued``: a lock taken by ``apply_async`` (``lock_on="enqueue"``);
 - ``{task id}@handover``: a lock kept for the next run of a task id (a retry);
 - ``{task id}@throttled``: a throttle's window, kept after the run of that task id that opened it;
+- ``{task id}@debounced``: names the later call that superseded a debounced call (never a
+  lock's value either);
 - ``{task id}@latest``: names the call that replaced a pending ``keep_latest`` call (never a
   lock's value: the holder a replaced call's DuplicateTaskError names);
 - ``{uuid4 hex}@{host}:{pid}``: a ``RedisLock``/``RedisSemaphore`` acquisition.
@@ -23,6 +25,7 @@ __all__ = [
     "BOOT_ID",
     "QUEUED_SUFFIX",
     "any_delivery_prefix",
+    "debounced_id",
     "handover_id",
     "holder_id",
     "holder_prefix",
@@ -134,3 +137,8 @@ def throttled_id(task_id: str) -> str:
 def latest_id(task_id: str) -> str:
     """How a replaced ``keep_latest`` call names the later call ``task_id`` that replaced it."""
     return f"{_escaped(task_id)}@latest"
+
+
+def debounced_id(task_id: str) -> str:
+    """How a superseded ``debounce`` call names the later call ``task_id`` of its burst."""
+    return f"{_escaped(task_id)}@debounced"

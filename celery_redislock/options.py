@@ -66,6 +66,8 @@ class LockOptions:
     lock_until: LockUntil = "finished"
     throttle: float | None = None
     keep_latest: bool = False
+    debounce: float | None = None
+    debounce_max: float | None = None
 
     def __post_init__(self) -> None:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -95,6 +97,16 @@ class LockOptions:
     def throttle_ms(self) -> int:
         """``throttle`` in whole milliseconds (0 when not throttled)."""
         return 0 if self.throttle is None else _ms(self.throttle)
+
+    @property
+    def debounce_ms(self) -> int:
+        """``debounce`` in whole milliseconds (0 when not debounced)."""
+        return 0 if self.debounce is None else _ms(self.debounce)
+
+    @property
+    def debounce_max_ms(self) -> int:
+        """``debounce_max`` in whole milliseconds (0: no bound)."""
+        return 0 if self.debounce_max is None else _ms(self.debounce_max)
 
     @property
     def queued_timeout_ms(self) -> int:
@@ -175,7 +187,7 @@ def _check_bool(value: Any) -> bool:
     return value
 
 
-def _check_throttle(value: Any) -> float | None:
+def _check_optional_seconds(value: Any) -> float | None:
     if value is None:
         return None
     try:
@@ -234,8 +246,10 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "on_redis_error": _choice(get_args(OnRedisError)),
     "max_concurrency": _check_max_concurrency,
     "lock_until": _choice(get_args(LockUntil)),
-    "throttle": _check_throttle,
+    "throttle": _check_optional_seconds,
     "keep_latest": _check_bool,
+    "debounce": _check_optional_seconds,
+    "debounce_max": _check_optional_seconds,
 }
 assert set(_CHECKS) == OPTION_NAMES, "every option of LockOptions needs a check"
 
@@ -440,6 +454,25 @@ def _mode_clash(options: Mapping[str, Any], limit: int) -> tuple[str, str, str] 
                 "pending one; use 'skip' or 'raise' for how a replaced call ends)"
             )
             return "keep_latest", problem, "on_duplicate"
+    return _debounce_clash(options)
+
+
+def _debounce_clash(options: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """``debounce`` delays each call in the queue and runs the burst's latest in the worker: not
+    locked at enqueue (that would refuse the later calls at send, which must replace the first),
+    not with another mode; ``debounce_max`` bounds a debounce (alone, it does nothing), and must
+    leave room for one."""
+    debounce, most = options.get("debounce"), options.get("debounce_max")
+    if debounce is None:  # a debounce_max alone may be a layer's default for debounced tasks
+        return None
+    if most is not None and most < debounce:
+        return "debounce_max", f"must be >= debounce ({_num(debounce)}), got {_num(most)}", "debounce"
+    if options.get("lock_on") == "enqueue":
+        problem = "cannot be used with lock_on='enqueue' (every call of a burst is sent, the latest runs)"
+        return "debounce", problem, "lock_on"
+    for other in ("throttle", "keep_latest"):
+        if options.get(other):
+            return "debounce", f"cannot be used with {other} (choose one mode)", other
     return None
 
 

@@ -35,7 +35,8 @@ def on_duplicate(task: AnyTask, options: LockOptions, key: str, holder: str) -> 
     ("wait" has waited already)."""
     request = task.request
     error = DuplicateTaskError(task.name, str(request.id), key, holder)
-    strategy = options.on_duplicate
+    # The latest call of a debounced burst waits out the previous burst's run: never skipped.
+    strategy = "retry" if options.debounce is not None else options.on_duplicate
     if options.throttle is not None:
         counters.incr("throttled")
     if strategy == "raise":

@@ -24,9 +24,11 @@ COUNTER_NAMES = (
     # sending process, so a worker reports those its own tasks sent.
     "refused_at_send",
     # The dedup modes (README, "Which call runs"): calls refused inside a throttle's window (in
-    # the worker or at send), pending keep_latest calls replaced by a later one.
+    # the worker or at send), pending keep_latest calls replaced by a later one, debounced calls
+    # superseded by a later call of their burst.
     "throttled",
     "replaced",
+    "debounced",
 )
 
 _INDEX = {name: index for index, name in enumerate(COUNTER_NAMES)}

@@ -9,7 +9,7 @@ import redis
 from celery import Celery, Task
 from celery.exceptions import Ignore, Retry
 
-from . import enqueue, outcomes
+from . import debounce, enqueue, outcomes
 from .acquisition import Execution, Holding, Refused, acquire, release_queued
 from .errors import DuplicateTaskError
 from .holders import handover_id, queued_id, task_id_of
@@ -64,6 +64,10 @@ class SingletonTask(Task[Any, Any]):
     throttle: ClassVar[float | None] = None
     #: One running and one pending (the latest) call per key.
     keep_latest: ClassVar[bool | None] = None
+    #: Seconds: a burst of calls of a key runs once, its last call, this long after it.
+    debounce: ClassVar[float | None] = None
+    #: Seconds: a debounced burst runs at most this long after its first call.
+    debounce_max: ClassVar[float | None] = None
 
     @classmethod
     def on_bound(cls, app: Celery) -> None:
@@ -96,6 +100,8 @@ class SingletonTask(Task[Any, Any]):
                 logger.info("Dropped redelivered %s[%s]: it has finished already", self.name, request.id)
                 raise Ignore()
             execution = Execution.of(runtime, options, key, self.name, str(request.id), request.hostname)
+            if options.debounce is not None:
+                debounce.check(self, execution)  # a call superseded by a later one ends here
             outcome = acquire_latest(self, execution) if options.keep_latest else acquire(execution)
         except redis.RedisError as exc:
             # "retry" re-queues it, "fail" fails it (both raise); "run" runs it unlocked.
@@ -183,7 +189,11 @@ class SingletonTask(Task[Any, Any]):
         """With ``lock_on="enqueue"``, take the lock before publishing: a new call whose key is
         already queued or running publishes nothing and returns the holder's AsyncResult
         (``enqueue.send``)."""
-        if not enqueue.may_lock_at_enqueue(self) or self.app.conf.task_always_eager or rest:
+        if self.app.conf.task_always_eager or rest:
+            return super().apply_async(args, kwargs, task_id, *rest, **options)
+        if debounce.may_debounce(self):
+            return debounce.send(self, super().apply_async, args, kwargs, task_id, options)
+        if not enqueue.may_lock_at_enqueue(self):
             # Most tasks lock at execution: sending them needs no lock settings, no Redis.
             return super().apply_async(args, kwargs, task_id, *rest, **options)
         return enqueue.send(self, super().apply_async, args, kwargs, task_id, options)

@@ -1,5 +1,5 @@
 """The Redis side of the dedup modes (README, "Which call runs"): a throttle's window kept after
-its run, keep-latest's latest call. One script call each; keys of one slot (cluster-safe)."""
+its run, keep-latest's latest call, debounce's latest call and burst start. One script call each; keys of one slot (cluster-safe)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,33 @@ from typing import Any
 from .leases import Client, as_text
 from .scripts import load_script, ttl_arg
 
-__all__ = ["KEEP_LATEST", "THROTTLE_END", "LatestReply", "ModeEngine", "latest_key"]
+__all__ = [
+    "DEBOUNCE_CALL",
+    "DEBOUNCE_RUN",
+    "KEEP_LATEST",
+    "THROTTLE_END",
+    "LatestReply",
+    "ModeEngine",
+    "debounce_keys",
+    "latest_key",
+]
 
 THROTTLE_END = load_script("throttle_end.lua")
 KEEP_LATEST = load_script("keep_latest.lua")
+DEBOUNCE_CALL = load_script("debounce_call.lua")
+DEBOUNCE_RUN = load_script("debounce_run.lua")
 
 
 def latest_key(key: str) -> str:
     """Where keep_latest records the latest call of lock ``key``: ``{key}:latest``, in the lock
     key's own cluster slot (a key without a hash tag hashes whole, as the tag does here)."""
     return "{" + key + "}:latest"
+
+
+def debounce_keys(key: str) -> list[str]:
+    """Where debounce records the latest call of lock ``key`` and its burst's first-call time:
+    ``{key}:debounce`` and ``{key}:burst``, in the lock key's slot."""
+    return ["{" + key + "}:debounce", "{" + key + "}:burst"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +57,8 @@ class ModeEngine:
         self.client = client
         self._throttle_end = client.register_script(THROTTLE_END)
         self._keep_latest = client.register_script(KEEP_LATEST)
+        self._debounce_call = client.register_script(DEBOUNCE_CALL)
+        self._debounce_run = client.register_script(DEBOUNCE_RUN)
 
     def end_throttle(self, key: str, holder: str, keep_as: str, left_ms: int, notify: str) -> Any:
         """Keep ``key`` as ``keep_as`` for the ``left_ms`` left in its window (deleted, and
@@ -57,3 +76,13 @@ class ModeEngine:
         args = [holder, ttl_arg(ttl_ms), task_id, ttl_arg(latest_ttl_ms), "1" if recheck else "0"]
         code, other = self._keep_latest(keys=[key, latest_key(key)], args=args)
         return LatestReply(_STATUS[int(code)], as_text(other))
+
+    def debounce_call(self, key: str, task_id: str, delay_ms: int, max_ms: int, ttl_ms: int) -> int:
+        """Record ``task_id`` as the latest call of ``key``'s burst; the delay (ms) to send it with."""
+        args = [task_id, str(delay_ms), str(max_ms), ttl_arg(ttl_ms)]
+        return int(self._debounce_call(keys=debounce_keys(key), args=args))
+
+    def debounce_run(self, key: str, task_id: str) -> str | None:
+        """None: ``task_id`` runs (the burst is over); else the task id that superseded it."""
+        reply = self._debounce_run(keys=debounce_keys(key), args=[task_id])
+        return None if reply == 1 else as_text(reply)

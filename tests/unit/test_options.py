@@ -71,7 +71,7 @@ def test_defaults_are_spec_section_2() -> None:
 
 def test_option_names_are_the_dataclass_fields() -> None:
     assert {f.name for f in dataclasses.fields(LockOptions)} == OPTION_NAMES
-    assert len(OPTION_NAMES) == 14
+    assert len(OPTION_NAMES) == 16
 
 
 def test_effective_renew_interval_follows_lock_timeout() -> None:
@@ -362,6 +362,8 @@ DIFFERENT = {
     "lock_until": ("started", "finished", "started"),
     "throttle": (1, 2, 3),
     "keep_latest": (True, False, True),
+    "debounce": (1, 2, 3),
+    "debounce_max": (5, 6, 7),
 }
 
 #: Options an option of DIFFERENT needs from the least specific layer (app) to be valid at all.

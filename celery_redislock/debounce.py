@@ -1,0 +1,106 @@
+"""``debounce=SECONDS`` (``debounce_max=SECONDS``): a burst of calls of one key runs once, with
+the last call's arguments, ``SECONDS`` after the last call (at most ``debounce_max`` after the
+first).
+
+Each new call is published with that delay (``countdown``) after recording itself as its key's
+latest call (``{lock key}:debounce``; the burst's first-call time in ``{lock key}:burst``, on the
+server's clock), in one script. When a message is due, it runs only if it is still the latest;
+else it ends as a skipped duplicate naming the call that superseded it (``{id}@debounced``),
+counted ``debounced``. The latest runs under the key's lock as usual; if the previous burst's run
+still holds it, the latest is retried (``retry_countdown``), never skipped, or the burst would
+be lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import redis
+from celery.utils import uuid
+
+from . import enqueue
+from .acquisition import Execution
+from .enqueue import Publish, seconds_until
+from .errors import DuplicateTaskError
+from .holders import debounced_id
+from .keys import KEY_HEADER
+from .outcomes import skip
+from .runtime import runtime_for
+from .stats import counters
+from .urls import mask_url
+
+if TYPE_CHECKING:
+    from .task import SingletonTask
+
+__all__ = ["check", "may_debounce", "send"]
+
+logger = logging.getLogger("celery_redislock.task")
+
+
+def may_debounce(task: SingletonTask) -> bool:
+    """False when no layer can debounce ``task`` (the resolved plan decides the rest)."""
+    if task.debounce is not None:
+        return True
+    conf = task.app.conf
+    layers = [conf.get("redislock_options"), *(conf.get("redislock_queues") or {}).values()]
+    return any(isinstance(layer, Mapping) and layer.get("debounce") is not None for layer in layers)
+
+
+def send(
+    task: SingletonTask,
+    publish: Publish,
+    args: Any,
+    kwargs: Any,
+    task_id: str | None,
+    options: dict[str, Any],
+) -> Any:
+    """``apply_async`` of a task that may be debounced: a new call is recorded as its key's latest
+    and published with the burst's delay. A message whose task id is given (a retry, a re-queued
+    copy) is published as it is: it was debounced when first sent."""
+    queue = options.get("queue")
+    queue_name = getattr(queue, "name", queue)
+    runtime = runtime_for(task.app)
+    plan = runtime.plan(task, queue_name if isinstance(queue_name, str) else None)
+    settings = plan.options
+    if settings.debounce is None:  # another queue's task, or one that locks at enqueue
+        return enqueue.send(task, publish, args, kwargs, task_id, options)
+    if task_id is not None:
+        return publish(args, kwargs, task_id, **options)
+    headers = {**(options.pop("headers", None) or {})}
+    key = headers.get(KEY_HEADER) or plan.key(task, tuple(args or ()), dict(kwargs or {}))
+    headers[KEY_HEADER] = key
+    task_id = uuid()
+    asked = seconds_until(options.pop("countdown", None), options.pop("eta", None), task.app.timezone)
+    ttl_ms = settings.queued_timeout_ms + settings.debounce_ms + settings.debounce_max_ms
+    try:
+        delay_ms = runtime.modes.debounce_call(
+            key, task_id, settings.debounce_ms, settings.debounce_max_ms, ttl_ms
+        )
+    except redis.RedisError as exc:
+        # Not recorded: it is sent with the full delay and runs when due (a burst then runs more
+        # than once, which is better than losing its last call).
+        counters.incr("redis_errors")
+        logger.warning(
+            "Sending %s[%s] undebounced: Redis at %s is unreachable (%r)",
+            task.name,
+            task_id,
+            mask_url(runtime.settings.url),
+            exc,
+        )
+        delay_ms = settings.debounce_ms
+    # A countdown or eta the caller gave delays it further, never less.
+    countdown = max(asked, delay_ms / 1000)
+    return publish(args, kwargs, task_id, headers=headers, countdown=countdown, **options)
+
+
+def check(task: SingletonTask, execution: Execution) -> None:
+    """A debounced call is due: return to run it if it is its burst's latest call, else end it
+    as a skipped duplicate naming the call that superseded it. Raises ``redis.RedisError``."""
+    latest = execution.runtime.modes.debounce_run(execution.key, execution.task_id)
+    if latest is None:
+        return
+    counters.incr("debounced")
+    error = DuplicateTaskError(task.name, execution.task_id, execution.key, debounced_id(latest))
+    skip(task, error)

@@ -1,0 +1,151 @@
+"""``debounce=SECONDS`` (``debounce_max``): a burst of calls of one key runs once, with the last
+call's arguments, on real prefork workers and a real redis-server."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from celery_redislock import DuplicateTaskError, OptionError, SingletonTask
+
+from .conftest import WorkerProcess, poll, stats_of, worker_module
+
+NAME = "debounce.index"
+
+TASK = """
+import time
+
+@app.task(base=SingletonTask, bind=True, name={name!r}, debounce={debounce}, debounce_max={most},
+          lock_key=["doc"])
+def index(self, doc, version):
+    coord.rpush("ran:" + str(doc), f"{{version}} {{time.time()}}")
+    return version
+"""
+
+
+def start(
+    worker_process: Callable[..., WorkerProcess], urls: dict[str, str], node: str, debounce: float, most: Any
+) -> WorkerProcess:
+    source = worker_module(urls, "debounce", TASK.format(name=NAME, debounce=debounce, most=most))
+    return worker_process(source, "-c", "2", "-n", node)
+
+
+def sender(app: Celery, debounce: float, most: float | None = None) -> Any:
+    @app.task(
+        base=SingletonTask, shared=False, name=NAME, debounce=debounce, debounce_max=most, lock_key=["doc"]
+    )
+    def index(doc: int, version: int) -> None:
+        raise AssertionError("runs in the worker only")
+
+    return index
+
+
+def latest_of(locks: redis.Redis) -> str:
+    [key] = list(locks.scan_iter("{redislock:*}:debounce"))
+    value = locks.get(key)
+    assert value is not None
+    return value.decode()
+
+
+def test_a_burst_runs_once_with_the_last_call_s_arguments(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    node = f"debounce-{uuid.uuid4().hex[:8]}@test"
+    proc = start(worker_process, urls, node, 1.5, None)
+    app = make_app()
+    task = sender(app, 1.5)
+    with ThreadPoolExecutor(4) as pool:
+        burst = list(pool.map(lambda v: task.delay(1, v), range(12)))
+    sent = time.time()
+    latest = latest_of(locks)  # the call recorded last is the one that runs
+    version = next(v for v, r in enumerate(burst) if r.id == latest)
+    assert next(r for r in burst if r.id == latest).get(timeout=15) == version
+    for result in burst:
+        if result.id != latest:
+            error = result.get(timeout=15, propagate=False)
+            assert isinstance(error, DuplicateTaskError), error
+            assert error.holder_task_id == latest  # names the call that superseded it
+            assert f"Skipped duplicate {NAME}[{result.id}]" in proc.log()
+    [ran] = coord.lrange("ran:1", 0, -1)
+    ran_version, ran_at = ran.decode().split()
+    assert int(ran_version) == version
+    assert float(ran_at) >= sent + 1.5 - 0.3  # about SECONDS after the last call, not before
+    stats = stats_of(app, node)
+    assert stats is not None and stats["counters"]["debounced"] == len(burst) - 1, stats
+    # The burst is over: the next call starts a new one, and runs.
+    assert task.delay(1, 99).get(timeout=15) == 99
+
+
+def test_debounce_max_runs_a_steady_stream_before_it_ends(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    start(worker_process, urls, f"debounce-{uuid.uuid4().hex[:8]}@test", 1, 2)
+    task = sender(make_app(), 1, 2)
+    began = time.time()
+    results = []
+    # A call every 0.25 s for 5 s: a plain debounce of 1 s would never run before the stream ends.
+    while time.time() - began < 5:
+        results.append(task.delay(2, len(results)))
+        time.sleep(0.25)  # the stream's pace, not a synchronisation
+    ended = time.time()
+    assert poll(lambda: coord.llen("ran:2") >= 1, 10)
+    first_run = float(coord.lindex("ran:2", 0).decode().split()[1])  # type: ignore[union-attr]
+    assert first_run < ended, "debounce_max did not bound the burst"
+    assert first_run - began < 2 + 1.5  # at most debounce_max after the first call (+ slack)
+    last = results[-1]
+    assert last.get(timeout=15) == len(results) - 1  # and the stream's last call still runs
+
+
+def test_debounce_on_the_solo_pool(make_app: Callable[..., Celery], worker: Callable[..., Any]) -> None:
+    app = make_app()
+    ran: list[int] = []
+
+    @app.task(base=SingletonTask, shared=False, name="debounce.solo", debounce=0.5, lock_key=["doc"])
+    def index(doc: int, version: int) -> int:
+        ran.append(version)
+        return version
+
+    with worker(app, pool="solo", concurrency=1):
+        calls = [index.delay(1, v) for v in range(5)]
+        assert calls[-1].get(timeout=15) == 4
+        for call in calls[:-1]:
+            with pytest.raises(DuplicateTaskError, match="@debounced"):
+                call.get(timeout=15)
+    assert ran == [4]
+
+
+@pytest.mark.parametrize(
+    ("options", "name", "other"),
+    [
+        ({"debounce": 2, "lock_on": "enqueue"}, "debounce", "lock_on"),
+        ({"debounce": 2, "throttle": 5}, "debounce", "throttle"),
+        ({"debounce": 2, "keep_latest": True}, "debounce", "keep_latest"),
+        ({"debounce": 2, "debounce_max": 1}, "debounce_max", "debounce"),
+    ],
+)
+def test_debounce_clashes_are_refused_at_registration(
+    options: dict[str, Any], name: str, other: str, make_app: Callable[..., Celery]
+) -> None:
+    app = make_app()
+    with pytest.raises(OptionError) as caught:
+
+        @app.task(base=SingletonTask, shared=False, name="debounce.bad", **options)
+        def bad() -> None: ...
+
+        assert bad.name
+
+    assert f"option {name!r}" in str(caught.value) and other in str(caught.value)
