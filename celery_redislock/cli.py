@@ -18,6 +18,7 @@ from celery.platforms import EX_FAILURE, EX_UNAVAILABLE
 from .core.leases import as_text
 from .errors import RedisLockError
 from .keys import parse_key
+from .mode_keys import mode_keys
 from .runtime import Runtime, runtime_for
 from .urls import mask_url
 
@@ -254,17 +255,20 @@ def redislock(ctx: click.Context, **kwargs: Any) -> None:
 @click.pass_context
 @_redis_errors
 def list_(ctx: click.Context, task: str | None, as_json: bool) -> None:
-    """Show the held locks: key, task, holder id and TTL left in seconds."""
+    """Show the held locks: key, task, holder id and TTL left in seconds; then what the dedup
+    modes keep (keep_latest's and debounce's latest call, a debounced burst's start)."""
     _check_task_name(task)
     runtime = _runtime(ctx)
     locks = sorted(_held_locks(runtime, task), key=_by_key)
+    pattern = _glob_escape(runtime.settings.key_prefix) + ":" + (_glob_escape(task) + ":*" if task else "*")
+    modes = sorted((Lock(*row) for row in mode_keys(runtime, pattern, task)), key=_by_key)
     cli = _cli(ctx)
     if as_json:
-        _echo_lines(cli, _json_lines(locks))
+        _echo_lines(cli, _json_lines(locks + modes))
         return
-    if locks:
-        _echo_lines(cli, _table(locks))
-    cli.echo(f"{_plural(len(locks))} held")
+    if locks or modes:
+        _echo_lines(cli, _table(locks + modes))
+    cli.echo(f"{_plural(len(locks))} held" + (f", {len(modes)} mode key(s)" if modes else ""))
 
 
 @redislock.command(cls=CeleryCommand)

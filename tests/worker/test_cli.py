@@ -352,3 +352,28 @@ def test_celery_help_lists_the_redislock_command(celery: Run) -> None:
     assert {"list", "release", "purge"} <= {
         line.split()[0] for line in result.stdout.splitlines() if line.startswith("  ")
     }
+
+
+def test_list_shows_what_each_dedup_mode_keeps(celery: Run, locks: redis.Redis) -> None:
+    window = lock_key(ADD, "w")
+    locks.set(window, "task-w@throttled", px=60_000)  # throttle: the window, a lock key
+    latest, debounce, burst = (
+        "{" + lock_key(REPORT, name) + "}:" + suffix
+        for name, suffix in (("l", "latest"), ("d", "debounce"), ("d", "burst"))
+    )
+    locks.set(latest, "task-l", px=60_000)
+    locks.set(debounce, "task-d", px=60_000)
+    locks.set(burst, "1700000000000", px=60_000)
+    locks.set("{" + lock_key(REPORT, "s") + "}:queue", "x")  # a semaphore's own key: not listed
+    result = celery("redislock", "list")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[-1] == "1 lock(s) held, 3 mode key(s)"
+    assert lines[1].split()[:3] == [window, ADD, "task-w@throttled"]
+    rows = {line.split()[0]: line for line in lines[2:-1]}
+    assert set(rows) == {latest, debounce, burst}
+    assert "keep_latest: latest call task-l" in rows[latest]
+    assert "debounce: latest call task-d" in rows[debounce]
+    assert "debounce: burst began at 1700000000000" in rows[burst]
+    result = celery("redislock", "list", "--task", ADD, "--json")
+    assert [item["key"] for item in json.loads(result.stdout)] == [window]
