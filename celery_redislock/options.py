@@ -12,6 +12,7 @@ from typing import Any, Literal, Optional, Union, get_args
 
 from .errors import OptionError, short_repr
 from .keys import LockKeyFunc
+from .mode_options import mode_clash
 
 __all__ = [
     "CLOSE_TO_OPTION",
@@ -419,61 +420,7 @@ def _clash(options: Mapping[str, Any]) -> tuple[str, str, str] | None:
             f"taken at enqueue can be released when the task starts)"
         )
         return "lock_until", problem, "lock_on"
-    return _mode_clash(options, limit)
-
-
-def _mode_clash(options: Mapping[str, Any], limit: int) -> tuple[str, str, str] | None:
-    """The dedup modes (README, "Which call runs") against the options they cannot go with.
-
-    ``throttle`` keeps the key after the run: one key, so not a semaphore's slots; its window
-    starts when a run starts, so the lock must be held from there (not released at the start).
-    ``keep_latest`` makes a refused call the pending one (re-queued until the key is free or a
-    later call replaces it): it is its own duplicate strategy ("wait" and "retry" would fight
-    it), decided in the worker (not at enqueue), on one lock (not a semaphore), never with a
-    throttle (which call would a window keep?).
-    """
-    if options.get("throttle") is not None:
-        if limit > 1:
-            return "throttle", f"cannot be used with max_concurrency={limit} (use 1)", "max_concurrency"
-        if options.get("lock_until") == "started":
-            problem = "cannot be used with lock_until='started' (the window starts when the run starts)"
-            return "throttle", problem, "lock_until"
-    if options.get("keep_latest"):
-        if options.get("throttle") is not None:
-            return "keep_latest", "True cannot be used with throttle (choose one mode)", "throttle"
-        if limit > 1:
-            problem = f"True cannot be used with max_concurrency={limit} (one running, one pending)"
-            return "keep_latest", problem, "max_concurrency"
-        if options.get("lock_on") == "enqueue":
-            problem = "True cannot be used with lock_on='enqueue' (the pending call is chosen in the worker)"
-            return "keep_latest", problem, "lock_on"
-        strategy = options.get("on_duplicate")
-        if strategy in ("wait", "retry"):
-            problem = (
-                f"True cannot be used with on_duplicate={strategy!r} (a refused call becomes the "
-                "pending one; use 'skip' or 'raise' for how a replaced call ends)"
-            )
-            return "keep_latest", problem, "on_duplicate"
-    return _debounce_clash(options)
-
-
-def _debounce_clash(options: Mapping[str, Any]) -> tuple[str, str, str] | None:
-    """``debounce`` delays each call in the queue and runs the burst's latest in the worker: not
-    locked at enqueue (that would refuse the later calls at send, which must replace the first),
-    not with another mode; ``debounce_max`` bounds a debounce (alone, it does nothing), and must
-    leave room for one."""
-    debounce, most = options.get("debounce"), options.get("debounce_max")
-    if debounce is None:  # a debounce_max alone may be a layer's default for debounced tasks
-        return None
-    if most is not None and most < debounce:
-        return "debounce_max", f"must be >= debounce ({_num(debounce)}), got {_num(most)}", "debounce"
-    if options.get("lock_on") == "enqueue":
-        problem = "cannot be used with lock_on='enqueue' (every call of a burst is sent, the latest runs)"
-        return "debounce", problem, "lock_on"
-    for other in ("throttle", "keep_latest"):
-        if options.get(other):
-            return "debounce", f"cannot be used with {other} (choose one mode)", other
-    return None
+    return mode_clash(options, limit)
 
 
 #: Checks of the arguments of ``RedisLock`` and ``RedisSemaphore``, by kind.
