@@ -7,7 +7,7 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -16,6 +16,7 @@ import redis
 from celery import Celery
 
 from celery_redislock import DuplicateTaskError, OptionError, SingletonTask
+from celery_redislock.contrib.testing import RedisServer
 
 from .conftest import WorkerProcess, open_gate, poll, stats_of, wait_started, worker_module
 
@@ -157,3 +158,38 @@ def test_keep_latest_clashes_are_refused_at_registration(
         assert bad.name
 
     assert "option 'keep_latest'" in str(caught.value) and other in str(caught.value)
+
+
+@pytest.fixture
+def lock_server() -> Iterator[RedisServer]:
+    """A lock Redis of its own, which a test restarts while the broker stays up."""
+    with RedisServer() as server:
+        yield server
+
+
+def test_a_redis_restart_loses_no_pending_call(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    lock_server: RedisServer,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    own = {**urls, "locks": lock_server.url}
+    source = worker_module(
+        own,
+        "latest",
+        TASK.format(name=NAME).replace("keep_latest=True", "keep_latest=True, retry_countdown=0.2"),
+    )
+    proc = worker_process(source, "-c", "2")
+    task = sender(make_app(redislock_url=lock_server.url))
+    first = task.delay(3, 0)
+    wait_started(coord, "doc3")
+    pending = task.delay(3, 1)
+    assert poll(lambda: f"Pending {NAME}[{pending.id}]" in proc.log(), 15), proc.log()
+    lock_server.stop()  # the pending call's next check cannot reach Redis: on_redis_error="retry"
+    assert poll(lambda: f"Retrying {NAME}[{pending.id}]" in proc.log(), 15), proc.log()
+    lock_server.start()  # empty: the lock and the latest key are gone
+    open_gate(coord, "doc3", times=2)
+    assert first.get(timeout=15) == "done doc3"
+    assert pending.get(timeout=20) == "done doc3"
+    assert coord.lrange("ran:3", 0, -1) == [b"0", b"1"]
