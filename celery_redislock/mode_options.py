@@ -19,9 +19,9 @@ def mode_clash(options: Mapping[str, Any], limit: int) -> tuple[str, str, str] |
     ``throttle`` keeps the key after the run: one key, so not a semaphore's slots; its window
     starts when a run starts, so the lock must be held from there (not released at the start).
     ``keep_latest`` makes a refused call the pending one (re-queued until the key is free or a
-    later call replaces it): it is its own duplicate strategy ("wait" and "retry" would fight
-    it), decided in the worker (not at enqueue), on one lock (not a semaphore), never with a
-    throttle (which call would a window keep?).
+    later call replaces it; ``on_duplicate`` only says whether a replaced call is skipped or,
+    with "raise", fails): decided in the worker (not at enqueue), on one lock (not a
+    semaphore), never with a throttle (which call would a window keep?).
     """
     if options.get("throttle") is not None:
         if limit > 1:
@@ -38,13 +38,6 @@ def mode_clash(options: Mapping[str, Any], limit: int) -> tuple[str, str, str] |
         if options.get("lock_on") == "enqueue":
             problem = "True cannot be used with lock_on='enqueue' (the pending call is chosen in the worker)"
             return "keep_latest", problem, "lock_on"
-        strategy = options.get("on_duplicate")
-        if strategy in ("wait", "retry"):
-            problem = (
-                f"True cannot be used with on_duplicate={strategy!r} (a refused call becomes the "
-                "pending one; use 'skip' or 'raise' for how a replaced call ends)"
-            )
-            return "keep_latest", problem, "on_duplicate"
     return _debounce_clash(options)
 
 

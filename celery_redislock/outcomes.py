@@ -35,8 +35,11 @@ def on_duplicate(task: AnyTask, options: LockOptions, key: str, holder: str) -> 
     ("wait" has waited already)."""
     request = task.request
     error = DuplicateTaskError(task.name, str(request.id), key, holder)
-    # The latest call of a debounced burst waits out the previous burst's run: never skipped.
-    strategy = "retry" if options.debounce is not None else options.on_duplicate
+    strategy = options.on_duplicate
+    if options.debounce is not None:  # the latest call of a burst waits out the previous run
+        strategy = "retry"
+    elif options.keep_latest and strategy != "raise":  # replaced: a retry would find it so again
+        strategy = "skip"
     if options.throttle is not None:
         counters.incr("throttled")
     if strategy == "raise":

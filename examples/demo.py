@@ -138,7 +138,9 @@ def list_locks(env: dict[str, str]) -> list[str]:
     rows += [(shorten(lock["key"]), shorten(lock["holder"]), f"{lock['ttl']:.1f}s") for lock in locks]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = [f"  {key:<{widths[0]}}  {holder:<{widths[1]}}  {ttl:>{widths[2]}}" for key, holder, ttl in rows]
-    return [*lines, f"  {len(locks)} lock(s) held"]
+    # What the dedup modes keep beside the locks ({lock key}:latest, ...) is listed after them.
+    modes = sum(1 for lock in locks if lock["key"].startswith("{"))
+    return [*lines, f"  {len(locks) - modes} lock(s) held" + (f", {modes} mode key(s)" if modes else "")]
 
 
 def forget_results(sent: list[Any]) -> None:

@@ -11,7 +11,16 @@ from celery.result import AsyncResult
 
 from celery_redislock import DuplicateTaskError
 
-from .tasks import import_feed, nightly_export, rebuild_index, refresh_cache, send_report
+from .tasks import (
+    import_feed,
+    nightly_export,
+    rebuild_index,
+    refresh_cache,
+    reindex_document,
+    render_preview,
+    send_digest,
+    send_report,
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,18 @@ def burst() -> list[Group]:
             "nightly_export('2024-06-01')",
             'lock_on="enqueue"',
             [nightly_export.s("2024-06-01") for _ in range(4)],
+            wait_started=False,
+        ),
+        Group("send_digest('ops')", "throttle=60", [send_digest.s("ops") for _ in range(3)]),
+        Group(
+            "render_preview(3, v0..v3)",
+            "keep_latest: v0 and the latest run",
+            [render_preview.s(3, version) for version in range(4)],
+        ),
+        Group(
+            "reindex_document(4, v0..v3)",
+            "debounce=1: the last call runs",
+            [reindex_document.s(4, version) for version in range(4)],
             wait_started=False,
         ),
     ]

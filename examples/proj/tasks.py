@@ -55,3 +55,24 @@ def nightly_export(day: str) -> dict[str, Any]:
     """Locked when sent: a second ``delay()`` while it is queued or running sends nothing and
     returns the first call's AsyncResult (a scheduler firing twice exports once)."""
     return _work(f"nightly_export({day})")
+
+
+@app.task(base=SingletonTask, throttle=60)
+def send_digest(team: str) -> dict[str, Any]:
+    """At most one digest per team per minute (``throttle``): a call within 60 s of the last
+    run's start is a duplicate, even once that run has finished."""
+    return _work(f"send_digest({team})")
+
+
+@app.task(base=SingletonTask, keep_latest=True, lock_key=["doc_id"])
+def render_preview(doc_id: int, version: int) -> dict[str, Any]:
+    """One render per document at a time, and the latest edit always rendered after it
+    (``keep_latest``): edits made while one renders leave one pending render, the newest."""
+    return _work(f"render_preview({doc_id}, v{version})")
+
+
+@app.task(base=SingletonTask, debounce=1, lock_key=["doc_id"])
+def reindex_document(doc_id: int, version: int) -> dict[str, Any]:
+    """Re-index a document once a burst of edits has settled (``debounce``): one run, with the
+    last edit, a second after it."""
+    return _work(f"reindex_document({doc_id}, v{version})")

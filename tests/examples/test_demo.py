@@ -52,6 +52,9 @@ def test_the_demo_shows_skipped_duplicates_counts_that_add_up_and_stops_what_it_
         "import_feed('prices')",
         "refresh_cache('home')",
         "nightly_export('2024-06-01')",
+        "send_digest('ops')",
+        "render_preview(3, v0..v3)",
+        "reindex_document(4, v0..v3)",
         "total",
     }, out
     calls, sent, ran, skipped = (
@@ -64,13 +67,17 @@ def test_the_demo_shows_skipped_duplicates_counts_that_add_up_and_stops_what_it_
     # lock_on="enqueue": four calls, one message.
     assert (rows["nightly_export('2024-06-01')"][2], rows["nightly_export('2024-06-01')"][3]) == ("4", "1")
     assert out.count("Not sending duplicate proj.tasks.nightly_export") == 3
+    # The dedup modes: throttle runs one, keep_latest the first and the latest, debounce the last.
+    assert rows["send_digest('ops')"][4] == "1", out
+    assert rows["render_preview(3, v0..v3)"][4] == "2", out
+    assert rows["reindex_document(4, v0..v3)"][4] == "1", out
 
     # The worker's own lines: one per skipped duplicate ("raise" fails instead of skipping).
     skip_lines = re.findall(r"^  Skipped duplicate proj\.tasks\.\w+\[.*is held by .*$", out, re.M)
     assert len(skip_lines) == skipped - int(rows["import_feed('prices')"][5]) >= 1, out
 
     # The CLI listed the locks while the tasks ran.
-    held = re.search(r"^  (\d+) lock\(s\) held$", out, re.M)
+    held = re.search(r"^  (\d+) lock\(s\) held(?:, \d+ mode key\(s\))?$", out, re.M)
     assert held and int(held[1]) >= 1, out
 
     # Everything it started, stopped: the worker, its pool and redis-server.

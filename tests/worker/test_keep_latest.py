@@ -139,8 +139,6 @@ def test_keep_latest_on_the_threads_pool(
 @pytest.mark.parametrize(
     ("options", "other"),
     [
-        ({"keep_latest": True, "on_duplicate": "wait"}, "on_duplicate"),
-        ({"keep_latest": True, "on_duplicate": "retry"}, "on_duplicate"),
         ({"keep_latest": True, "lock_on": "enqueue"}, "lock_on"),
         ({"keep_latest": True, "throttle": 5}, "throttle"),
         ({"keep_latest": True, "max_concurrency": 2}, "max_concurrency"),
