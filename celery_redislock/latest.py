@@ -22,7 +22,7 @@ from celery.exceptions import Ignore
 from .acquisition import Execution, Outcome, Refused, freed_dead_delivery, hold
 from .core import Lease
 from .core.modes import LatestReply
-from .holders import latest_id, task_id_of
+from .holders import any_delivery_prefix, latest_id, task_id_of
 from .outcomes import broker_wait_policy
 from .stats import counters
 
@@ -67,7 +67,13 @@ def _step(execution: Execution, recheck: bool) -> LatestReply:
     # The latest key outlives any wait of a pending call in the queue that queued_timeout allows.
     latest_ttl = max(options.queued_timeout_ms, options.timeout_ms)
     return execution.runtime.modes.keep_latest(
-        execution.key, execution.holder, options.timeout_ms, execution.task_id, latest_ttl, recheck=recheck
+        execution.key,
+        execution.holder,
+        options.timeout_ms,
+        execution.task_id,
+        latest_ttl,
+        recheck=recheck,
+        deliveries=any_delivery_prefix(execution.task_id),
     )
 
 

@@ -69,11 +69,21 @@ class ModeEngine:
         return reply if isinstance(reply, int) or reply is None else as_text(reply)
 
     def keep_latest(
-        self, key: str, holder: str, ttl_ms: int, task_id: str, latest_ttl_ms: int, *, recheck: bool
+        self,
+        key: str,
+        holder: str,
+        ttl_ms: int,
+        task_id: str,
+        latest_ttl_ms: int,
+        *,
+        recheck: bool,
+        deliveries: str,
     ) -> LatestReply:
         """Record ``task_id`` as the latest call of ``key`` (a ``recheck``: only if it still is)
-        and take the lock for ``holder`` if it is free."""
-        args = [holder, ttl_arg(ttl_ms), task_id, ttl_arg(latest_ttl_ms), "1" if recheck else "0"]
+        and take the lock for ``holder`` if it is free. A lock held by another delivery of this
+        very message (a holder id starting with ``deliveries``) leaves the latest call alone."""
+        latest_ttl = ttl_arg(latest_ttl_ms)
+        args = [holder, ttl_arg(ttl_ms), task_id, latest_ttl, "1" if recheck else "0", deliveries]
         code, other = self._keep_latest(keys=[key, latest_key(key)], args=args)
         return LatestReply(_STATUS[int(code)], as_text(other))
 

@@ -21,6 +21,10 @@ def client(cluster: ClusterSet) -> Iterator[RedisCluster]:
     client.close()
 
 
+#: No delivery of these calls' messages holds a lock twice here.
+DELIVERIES = "none-of-these@"
+
+
 def keys_on_every_node(client: RedisCluster) -> list[str]:
     keys = [f"redislock:modes:{n}" for n in range(30)]
     assert len({client.get_node_from_key(key).name for key in keys}) == 3
@@ -31,10 +35,19 @@ def test_throttle_keep_latest_and_debounce_scripts_on_every_node(client: RedisCl
     modes = ModeEngine(client)
     for key in keys_on_every_node(client):
         # keep_latest: the first call takes the lock, the next is pending, a later one replaces it.
-        assert modes.keep_latest(key, "a@w:1", 10_000, "a", 60_000, recheck=False).status == "run"
-        assert modes.keep_latest(key, "b@w:2", 10_000, "b", 60_000, recheck=False).status == "pending"
-        assert modes.keep_latest(key, "c@w:3", 10_000, "c", 60_000, recheck=False).status == "pending"
-        replaced = modes.keep_latest(key, "b@w:4", 10_000, "b", 60_000, recheck=True)
+        assert (
+            modes.keep_latest(key, "a@w:1", 10_000, "a", 60_000, recheck=False, deliveries=DELIVERIES).status
+            == "run"
+        )
+        assert (
+            modes.keep_latest(key, "b@w:2", 10_000, "b", 60_000, recheck=False, deliveries=DELIVERIES).status
+            == "pending"
+        )
+        assert (
+            modes.keep_latest(key, "c@w:3", 10_000, "c", 60_000, recheck=False, deliveries=DELIVERIES).status
+            == "pending"
+        )
+        replaced = modes.keep_latest(key, "b@w:4", 10_000, "b", 60_000, recheck=True, deliveries=DELIVERIES)
         assert (replaced.status, replaced.other) == ("replaced", "c")
         # throttle: the run's end keeps its key for the rest of the window.
         assert modes.end_throttle(key, "a@w:1", "a@throttled", 5_000, "") == 2

@@ -8,18 +8,26 @@
 -- ARGV[4]  the TTL of the latest key in milliseconds (refreshed at every call and check)
 -- ARGV[5]  "1": a pending call checking again (it was the latest once; it is replaced if
 --          another is now); "0": a new call, which becomes the latest whatever was before
+-- ARGV[6]  what every holder id of the caller's task id starts with: another delivery of the
+--          very message holding the lock (a redelivered copy) is not a new call, and must not
+--          replace the pending one
 -- Returns  {1, ""} the lock is taken (or re-entered): run;
 --          {0, latest} replaced: a later call is the latest now;
---          {2, holder} pending: the caller is the latest, the lock is held by holder.
+--          {2, holder} pending (or another delivery of this message holds it): the lock is
+--          held by holder.
 local latest = redis.call('GET', KEYS[2])
 if ARGV[5] == '1' and latest and latest ~= ARGV[3] then
   return {0, latest}
 end
+local current = redis.call('GET', KEYS[1])
+if current and current ~= ARGV[1] and string.sub(current, 1, string.len(ARGV[6])) == ARGV[6] then
+  return {2, current}
+end
 redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if not current then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1, ''}
 end
-local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, ''}

@@ -1,0 +1,60 @@
+"""The dedup modes' scripts on one real Redis: the decisions keep_latest.lua takes atomically."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from celery_redislock.contrib.testing import RedisServer
+from celery_redislock.core.modes import ModeEngine, latest_key
+from celery_redislock.holders import any_delivery_prefix
+
+KEY = "redislock:modes.t:0123"
+
+
+@pytest.fixture
+def client(redislock_server: RedisServer) -> Iterator[redis.Redis]:
+    client = redislock_server.client(db=6)
+    client.flushdb()
+    yield client
+    client.close()
+
+
+def step(modes: ModeEngine, task_id: str, delivery: int, *, recheck: bool = False) -> tuple[str, str]:
+    reply = modes.keep_latest(
+        KEY,
+        f"{task_id}@w:{delivery}",
+        10_000,
+        task_id,
+        60_000,
+        recheck=recheck,
+        deliveries=any_delivery_prefix(task_id),
+    )
+    return reply.status, reply.other
+
+
+def test_a_redelivered_copy_of_the_running_message_does_not_replace_the_pending_call(
+    client: redis.Redis,
+) -> None:
+    modes = ModeEngine(client)
+    assert step(modes, "a", 1) == ("run", "")
+    assert step(modes, "b", 1) == ("pending", "a@w:1")
+    # The broker gives "a" out again while it runs: not a new call, the pending "b" stays latest.
+    assert step(modes, "a", 2) == ("pending", "a@w:1")
+    assert client.get(latest_key(KEY)) == b"b"
+    assert step(modes, "b", 1, recheck=True) == ("pending", "a@w:1")
+    client.delete(KEY)  # "a" ends
+    assert step(modes, "b", 1, recheck=True) == ("run", "")
+
+
+def test_a_later_call_replaces_the_pending_one_and_only_the_latest_runs(client: redis.Redis) -> None:
+    modes = ModeEngine(client)
+    assert step(modes, "a", 1) == ("run", "")
+    assert step(modes, "b", 1) == ("pending", "a@w:1")
+    assert step(modes, "c", 1) == ("pending", "a@w:1")
+    client.delete(KEY)
+    assert step(modes, "b", 1, recheck=True) == ("replaced", "c")
+    assert step(modes, "c", 1, recheck=True) == ("run", "")
+    assert 0 < client.pttl(latest_key(KEY)) <= 60_000  # every key has a TTL
