@@ -3,6 +3,8 @@ call's arguments, on real prefork workers and a real redis-server."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -15,7 +17,7 @@ from celery import Celery
 
 from celery_redislock import DuplicateTaskError, OptionError, SingletonTask
 
-from .conftest import WorkerProcess, poll, stats_of, worker_module
+from .conftest import WorkerProcess, open_gate, poll, stats_of, wait_started, worker_module
 
 NAME = "debounce.index"
 
@@ -149,3 +151,37 @@ def test_debounce_clashes_are_refused_at_registration(
         assert bad.name
 
     assert f"option {name!r}" in str(caught.value) and other in str(caught.value)
+
+
+HOLD_TASK = """
+@app.task(base=SingletonTask, bind=True, name="debounce.hold", debounce=0.5, lock_key=["doc"])
+def held(self, doc, version):
+    coord.rpush("ran:hold", version)
+    return hold(self, "hold")
+"""
+
+
+def test_a_child_killed_mid_run_leaves_nothing_stuck(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    proc = worker_process(worker_module(urls, "debounce_hold", HOLD_TASK), "-c", "2")
+    app = make_app()
+
+    @app.task(base=SingletonTask, shared=False, name="debounce.hold", debounce=0.5, lock_key=["doc"])
+    def held(doc: int, version: int) -> None:
+        raise AssertionError("runs in the worker only")
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda v: held.delay(5, v), range(8)))
+    [(pid, _)] = wait_started(coord, "hold")
+    os.kill(pid, signal.SIGKILL)
+    assert poll(lambda: "its worker process died" in proc.log(), 15), proc.log()
+    # The parent freed the lock; the burst was over when its run started: the next call runs.
+    open_gate(coord, "hold", times=2)
+    assert held.delay(5, 99).get(timeout=15) == "done hold"
+    assert coord.lrange("ran:hold", 0, -1)[-1] == b"99"
+    assert coord.llen("ran:hold") == 2  # the burst's one run (killed), then the new call's
