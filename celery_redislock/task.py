@@ -14,9 +14,10 @@ from .acquisition import Execution, Holding, Refused, acquire, release_queued
 from .errors import DuplicateTaskError
 from .holders import handover_id, queued_id, task_id_of
 from .keys import KEY_HEADER, KeyBuilder
+from .keywords import check_keywords
 from .options import LockOptions
 from .queues import QUEUE_FIELD
-from .runtime import check_keywords, run_function, runtime_for, task_options
+from .runtime import run_function, runtime_for, task_options
 
 __all__ = ["KEY_HEADER", "SingletonTask"]
 

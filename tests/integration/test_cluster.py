@@ -161,9 +161,8 @@ def test_redis_errors_from_an_unreachable_cluster_are_redis_errors() -> None:
 
 
 def test_semaphores_and_standalone_locks_on_a_cluster_renew_across_slots(client: RedisCluster) -> None:
-    from celery_redislock.core.renewal import get_renewer
-
     from celery_redislock import RedisLock, RedisSemaphore
+    from celery_redislock.core.renewal import get_renewer
 
     names = keys_on_every_node(client, 30, prefix="sem")
     semaphores = [RedisSemaphore(client, name, 2, timeout=30) for name in names[:15]]

@@ -11,12 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celery_redislock.errors import ConfigurationError, OptionError, RedisURLError
+from celery_redislock.keywords import CLOSE_TO_OPTION, PEER_OPTIONS, check_task_keywords
 from celery_redislock.options import (
-    CLOSE_TO_OPTION,
     OPTION_NAMES,
-    PEER_OPTIONS,
     LockOptions,
-    check_task_keywords,
     resolve,
     source_queue,
     source_task,
