@@ -17,6 +17,7 @@ from .core import AcquireResult, Lease, LeaseEngine, SemaphoreEngine, SemaphoreL
 from .core.renewal import get_renewer
 from .core.semaphore import take_slot
 from .core.waiting import wait_for
+from .held import RedisLockInfo, unwatch, watch
 from .holders import (
     QUEUED_SUFFIX,
     any_delivery_prefix,
@@ -91,11 +92,14 @@ class Holding:
     #: the runtime's lock engine, or its semaphore engine (max_concurrency > 1)
     engine: LeaseEngine
     lease: Lease
+    #: what the body sees of it: ``request.redislock``
+    info: RedisLockInfo
 
     def release(self, hand_to: tuple[str, int] | None = None) -> None:
         """Release it, or hand it (``(holder id, TTL ms)``) to the next run of this task id."""
         engine, lease, runtime = self.engine, self.lease, self.runtime
         get_renewer().discard(engine, lease)
+        unwatch(self.info)
         try:
             if hand_to is not None:  # a lock (a semaphore's slot is never handed over)
                 runtime.engine.transfer(lease.key, lease.holder, *hand_to)
@@ -168,8 +172,13 @@ def _freed_dead_delivery(execution: Execution, holder: str) -> None:
 
 def _hold(execution: Execution, engine: LeaseEngine, lease: Lease) -> Holding:
     counters.incr("acquired")
+    runtime = execution.runtime
+    info = RedisLockInfo(
+        lease.key, lease.holder, execution.task_name, execution.task_id, runtime.app, runtime.engine.client
+    )
+    watch(info)
     get_renewer().add(engine, lease, execution.options.renew_interval_s)
-    return Holding(execution.runtime, execution.options, engine, lease)
+    return Holding(runtime, execution.options, engine, lease, info)
 
 
 def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireResult:

@@ -24,6 +24,8 @@ logger = logging.getLogger("celery_redislock.task")
 
 #: The request attribute holding what the running execution holds (a ``Holding``).
 HELD_FIELD = "redislock_held"
+#: The request attribute a bound task's body reads its lock from (``held.RedisLockInfo``).
+INFO_FIELD = "redislock"
 
 
 class SingletonTask(Task[Any, Any]):
@@ -80,6 +82,7 @@ class SingletonTask(Task[Any, Any]):
         # arguments' types since. Kept on the request, so a retry carries it on.
         key = getattr(request, KEY_HEADER, None) or plan.key(self, args, kwargs)
         setattr(request, KEY_HEADER, key)
+        setattr(request, INFO_FIELD, None)  # until it holds the lock: never while it runs unlocked
         try:
             if options.lock_until == "started":
                 # Unique while queued only: free this call's queued lock, so one more identical
@@ -102,6 +105,7 @@ class SingletonTask(Task[Any, Any]):
                 outcomes.on_redelivered(self, options, key, outcome.holder)
             outcomes.on_duplicate(self, options, key, outcome.holder)
         setattr(request, HELD_FIELD, outcome)
+        setattr(request, INFO_FIELD, outcome.info)
         try:
             return self.run(*args, **kwargs)
         finally:
