@@ -147,7 +147,7 @@ def acquire(execution: Execution) -> Outcome:
     if not result.acquired:
         return Refused(result.holder, redelivered)
     options = execution.options
-    return _hold(execution, runtime.engine, Lease(key, execution.holder, options.timeout_ms))
+    return _hold(execution, runtime.engine, Lease(key, execution.holder, options.timeout_ms), result)
 
 
 def release_queued(runtime: Runtime, key: str, task_id: str) -> None:
@@ -170,11 +170,21 @@ def _freed_dead_delivery(execution: Execution, holder: str) -> None:
     )
 
 
-def _hold(execution: Execution, engine: LeaseEngine, lease: Lease) -> Holding:
+def _hold(
+    execution: Execution, engine: LeaseEngine, lease: Lease, result: AcquireResult | None = None
+) -> Holding:
     counters.incr("acquired")
     runtime = execution.runtime
     info = RedisLockInfo(
-        lease.key, lease.holder, execution.task_name, execution.task_id, runtime.app, runtime.engine.client
+        lease.key,
+        lease.holder,
+        execution.task_name,
+        execution.task_id,
+        runtime.app,
+        runtime.engine.client,
+        # Fenced: the script issued a token, and told the server's time too.
+        token=None if result is None else result.token,
+        acquired_at=None if result is None else result.server_time,
     )
     watch(info)
     get_renewer().add(engine, lease, execution.options.renew_interval_s)
@@ -192,6 +202,7 @@ def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireRe
         handover_id(execution.task_id),
         takeover_suffix=QUEUED_SUFFIX,
         expect_free=expect_free and execution.options.lock_on == "execute",
+        fencing=execution.options.fencing,
     )
 
 

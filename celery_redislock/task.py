@@ -61,6 +61,8 @@ class SingletonTask(Task[Any, Any]):
     max_concurrency: ClassVar[int | None] = None
     #: ``"finished"``, or ``"started"`` (with ``lock_on="enqueue"``): unique while queued only.
     lock_until: ClassVar[str | None] = None
+    #: True: each acquisition issues a fencing token (``self.request.redislock.token``).
+    fencing: ClassVar[bool | None] = None
 
     @classmethod
     def on_bound(cls, app: Celery) -> None:
