@@ -61,6 +61,7 @@ class LockOptions:
     on_redis_error: OnRedisError = "retry"
     max_concurrency: int = 1
     lock_until: LockUntil = "finished"
+    fencing: bool = False
 
     def __post_init__(self) -> None:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -215,6 +216,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "on_redis_error": _choice(get_args(OnRedisError)),
     "max_concurrency": _check_max_concurrency,
     "lock_until": _choice(get_args(LockUntil)),
+    "fencing": _check_bool,
 }
 assert set(_CHECKS) == OPTION_NAMES, "every option of LockOptions needs a check"
 
@@ -281,6 +283,9 @@ def _clash(options: Mapping[str, Any]) -> tuple[str, str, str] | None:
     if limit > 1 and options.get("release_on_retry") is False:
         problem = f"False cannot be used with max_concurrency={limit} (use True)"
         return "release_on_retry", problem, "max_concurrency"
+    fencing = _fencing_clash(options, limit)
+    if fencing is not None:
+        return fencing
     lock_on = options.get("lock_on")
     if options.get("lock_until") == "started" and lock_on is not None and lock_on != "enqueue":
         problem = (
@@ -288,6 +293,19 @@ def _clash(options: Mapping[str, Any]) -> tuple[str, str, str] | None:
             f"taken at enqueue can be released when the task starts)"
         )
         return "lock_until", problem, "lock_on"
+    return None
+
+
+def _fencing_clash(options: Mapping[str, Any], limit: int) -> tuple[str, str, str] | None:
+    """A fencing token orders the holders of one lock: a semaphore's slots are held side by
+    side, and ``lock_until="started"`` runs the body unlocked, so neither has one."""
+    if options.get("fencing") is not True:
+        return None
+    if limit > 1:
+        return "fencing", f"True cannot be used with max_concurrency={limit} (use 1)", "max_concurrency"
+    if options.get("lock_until") == "started":
+        problem = "True cannot be used with lock_until='started' (the body runs unlocked)"
+        return "fencing", problem, "lock_until"
     return None
 
 

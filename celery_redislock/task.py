@@ -25,6 +25,8 @@ logger = logging.getLogger("celery_redislock.task")
 
 #: The request attribute holding what the running execution holds (a ``Holding``).
 HELD_FIELD = "redislock_held"
+#: The request attribute a bound task's body reads its lock from (``held.RedisLockInfo``).
+INFO_FIELD = "redislock"
 
 
 class SingletonTask(Task[Any, Any]):
@@ -60,6 +62,8 @@ class SingletonTask(Task[Any, Any]):
     max_concurrency: ClassVar[int | None] = None
     #: ``"finished"``, or ``"started"`` (with ``lock_on="enqueue"``): unique while queued only.
     lock_until: ClassVar[str | None] = None
+    #: True: each acquisition issues a fencing token (``self.request.redislock.token``).
+    fencing: ClassVar[bool | None] = None
 
     @classmethod
     def on_bound(cls, app: Celery) -> None:
@@ -81,6 +85,7 @@ class SingletonTask(Task[Any, Any]):
         # arguments' types since. Kept on the request, so a retry carries it on.
         key = getattr(request, KEY_HEADER, None) or plan.key(self, args, kwargs)
         setattr(request, KEY_HEADER, key)
+        setattr(request, INFO_FIELD, None)  # until it holds the lock: never while it runs unlocked
         try:
             if options.lock_until == "started":
                 # Unique while queued only: free this call's queued lock, so one more identical
@@ -103,6 +108,7 @@ class SingletonTask(Task[Any, Any]):
                 outcomes.on_redelivered(self, options, key, outcome.holder)
             outcomes.on_duplicate(self, options, key, outcome.holder)
         setattr(request, HELD_FIELD, outcome)
+        setattr(request, INFO_FIELD, outcome.info)
         try:
             return self.run(*args, **kwargs)
         finally:

@@ -69,7 +69,7 @@ def test_defaults_are_spec_section_2() -> None:
 
 def test_option_names_are_the_dataclass_fields() -> None:
     assert {f.name for f in dataclasses.fields(LockOptions)} == OPTION_NAMES
-    assert len(OPTION_NAMES) == 12
+    assert len(OPTION_NAMES) == 13
 
 
 def test_effective_renew_interval_follows_lock_timeout() -> None:
@@ -358,6 +358,7 @@ DIFFERENT = {
     "max_concurrency": (2, 3, 4),
     "release_on_retry": (False, True, False),
     "lock_until": ("started", "finished", "started"),
+    "fencing": (True, False, True),
 }
 
 #: Options an option of DIFFERENT needs from the least specific layer (app) to be valid at all.
