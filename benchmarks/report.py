@@ -13,6 +13,7 @@ LABELS = {
     "plain": "plain Celery task",
     "redislock": "`SingletonTask` (this package)",
     "redislock-enqueue": '`SingletonTask`, `lock_on="enqueue"`',
+    "redislock-fencing": "`SingletonTask`, `fencing=True`",
     "celery-singleton": "celery-singleton `Singleton`",
     "celery-once": "celery-once `QueueOnce`",
 }

@@ -31,6 +31,8 @@ VARIANTS: dict[str, tuple[type[Task[Any, Any]] | None, dict[str, Any]]] = {
     "plain": (Task, {}),
     "redislock": (SingletonTask, {}),
     "redislock-enqueue": (SingletonTask, {"lock_on": "enqueue"}),
+    # What an opt-in fencing token costs: the acquire script instead of SET NX, and its counter.
+    "redislock-fencing": (SingletonTask, {"fencing": True}),
     "celery-singleton": (Singleton, {}),
     # graceful: a duplicate call returns a REJECTED EagerResult instead of raising AlreadyQueued.
     "celery-once": (QueueOnce, {"once": {"graceful": True}}),

@@ -18,6 +18,7 @@ from .core import AcquireResult, Lease, LeaseEngine, SemaphoreEngine, SemaphoreL
 from .core.renewal import get_renewer
 from .core.semaphore import take_slot
 from .core.waiting import wait_for
+from .held import RedisLockInfo, unwatch, watch
 from .holders import (
     QUEUED_SUFFIX,
     any_delivery_prefix,
@@ -103,6 +104,8 @@ class Holding:
     #: the runtime's lock engine, or its semaphore engine (max_concurrency > 1)
     engine: LeaseEngine
     lease: Lease
+    #: what the body sees of it: ``request.redislock``
+    info: RedisLockInfo
     #: When the run started (monotonic): a throttle's window counts from here.
     started: float = field(default_factory=time.monotonic)
 
@@ -110,6 +113,7 @@ class Holding:
         """Release it, or hand it (``(holder id, TTL ms)``) to the next run of this task id."""
         engine, lease, runtime = self.engine, self.lease, self.runtime
         get_renewer().discard(engine, lease)
+        unwatch(self.info)
         try:
             if hand_to is not None:  # a lock (a semaphore's slot is never handed over)
                 runtime.engine.transfer(lease.key, lease.holder, *hand_to)
@@ -159,7 +163,7 @@ def acquire(execution: Execution) -> Outcome:
     if not result.acquired:
         return Refused(result.holder, redelivered)
     options = execution.options
-    return _hold(execution, runtime.engine, Lease(key, execution.holder, options.timeout_ms))
+    return _hold(execution, runtime.engine, Lease(key, execution.holder, options.timeout_ms), result)
 
 
 def release_queued(runtime: Runtime, key: str, task_id: str) -> None:
@@ -182,10 +186,25 @@ def _freed_dead_delivery(execution: Execution, holder: str) -> None:
     )
 
 
-def _hold(execution: Execution, engine: LeaseEngine, lease: Lease) -> Holding:
+def _hold(
+    execution: Execution, engine: LeaseEngine, lease: Lease, result: AcquireResult | None = None
+) -> Holding:
     counters.incr("acquired")
+    runtime = execution.runtime
+    info = RedisLockInfo(
+        lease.key,
+        lease.holder,
+        execution.task_name,
+        execution.task_id,
+        runtime.app,
+        runtime.engine.client,
+        # Fenced: the script issued a token, and told the server's time too.
+        token=None if result is None else result.token,
+        acquired_at=None if result is None else result.server_time,
+    )
+    watch(info)
     get_renewer().add(engine, lease, execution.options.renew_interval_s)
-    return Holding(execution.runtime, execution.options, engine, lease)
+    return Holding(runtime, execution.options, engine, lease, info)
 
 
 def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireResult:
@@ -199,6 +218,7 @@ def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireRe
         handover_id(execution.task_id),
         takeover_suffix=QUEUED_SUFFIX,
         expect_free=expect_free and execution.options.lock_on == "execute",
+        fencing=execution.options.fencing,
     )
 
 

@@ -22,7 +22,7 @@ from .mode_keys import mode_keys
 from .runtime import Runtime, runtime_for
 from .urls import mask_url
 
-__all__ = ["redislock"]
+__all__ = ["Lock", "glob_escape", "held_locks", "redislock"]
 
 #: Keys per SCAN step and per pipeline: each round trip stays short, so Redis is never blocked.
 BATCH = 1000
@@ -48,7 +48,7 @@ class Lock(NamedTuple):
         return None if self.ttl_ms < 0 else self.ttl_ms / 1000
 
 
-def _glob_escape(text: str) -> str:
+def glob_escape(text: str) -> str:
     return _GLOB_SPECIAL.sub(r"\\\1", text)
 
 
@@ -103,7 +103,7 @@ def _scan_locks(runtime: Runtime, task: str | None) -> Iterator[list[tuple[bytes
     """Batches of ``(raw key, key, task)`` for the app's lock keys (of ``task`` if given),
     from every node (the engine SCANs each primary of a cluster)."""
     prefix = runtime.settings.key_prefix
-    pattern = _glob_escape(prefix) + ":" + (_glob_escape(task) + ":*" if task is not None else "*")
+    pattern = glob_escape(prefix) + ":" + (glob_escape(task) + ":*" if task is not None else "*")
     batch: list[tuple[bytes | str, str, str]] = []
     for raw in runtime.engine.scan(pattern, BATCH):
         key = as_text(raw)
@@ -122,7 +122,7 @@ def _scan_locks(runtime: Runtime, task: str | None) -> Iterator[list[tuple[bytes
         yield batch
 
 
-def _held_locks(runtime: Runtime, task: str | None) -> Iterator[Lock]:
+def held_locks(runtime: Runtime, task: str | None) -> Iterator[Lock]:
     for batch in _scan_locks(runtime, task):
         # A GET and a PTTL per key: one round trip per batch (per node of a cluster).
         infos = runtime.engine.inspect([raw for raw, _, _ in batch])
@@ -259,8 +259,8 @@ def list_(ctx: click.Context, task: str | None, as_json: bool) -> None:
     modes keep (keep_latest's and debounce's latest call, a debounced burst's start)."""
     _check_task_name(task)
     runtime = _runtime(ctx)
-    locks = sorted(_held_locks(runtime, task), key=_by_key)
-    pattern = _glob_escape(runtime.settings.key_prefix) + ":" + (_glob_escape(task) + ":*" if task else "*")
+    locks = sorted(held_locks(runtime, task), key=_by_key)
+    pattern = glob_escape(runtime.settings.key_prefix) + ":" + (glob_escape(task) + ":*" if task else "*")
     modes = sorted((Lock(*row) for row in mode_keys(runtime, pattern, task)), key=_by_key)
     cli = _cli(ctx)
     if as_json:

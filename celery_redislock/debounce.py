@@ -24,6 +24,7 @@ from . import enqueue
 from .acquisition import Execution
 from .enqueue import Publish, seconds_until
 from .errors import DuplicateTaskError
+from .events import send_duplicate
 from .holders import debounced_id
 from .keys import KEY_HEADER
 from .outcomes import skip
@@ -102,5 +103,7 @@ def check(task: SingletonTask, execution: Execution) -> None:
     if latest is None:
         return
     counters.incr("debounced")
-    error = DuplicateTaskError(task.name, execution.task_id, execution.key, debounced_id(latest))
+    holder = debounced_id(latest)
+    send_duplicate(task, execution.task_id, execution.key, holder, "skip", "execute")
+    error = DuplicateTaskError(task.name, execution.task_id, execution.key, holder)
     skip(task, error)

@@ -12,6 +12,7 @@ import redis
 from celery.utils import uuid
 
 from .errors import LockUnavailableError
+from .events import send_duplicate
 from .holders import queued_id, task_id_of
 from .keys import KEY_HEADER
 from .runtime import runtime_for
@@ -92,6 +93,7 @@ def send(
         if plan.options.throttle is not None:
             counters.incr("throttled")
         logger.info("Not sending duplicate %s: %s is held by %s", task.name, key, result.holder)
+        send_duplicate(task, task_id, key, result.holder, plan.options.on_duplicate, "enqueue")
         return task._refused_at_send(plan.options, key, task_id, result.holder)
     if not result.acquired and task_id_of(result.holder) != task_id:
         logger.info(

@@ -22,6 +22,7 @@ __all__ = [
     "LockKeySpec",
     "canonical",
     "digest",
+    "fence_key",
     "format_key",
     "parse_key",
     "release_channel",
@@ -258,8 +259,18 @@ def semaphore_keys(key: str) -> tuple[str, str, str]:
     one (``a:b`` -> ``{a:b}:queue``, the slot of ``a:b``). A key without a tag that has a
     ``}`` cannot be wrapped: its keys are suffixed only (one Redis is fine, a cluster is not).
     """
-    base = key if _hash_tag(key) is not None or "}" in key else "{" + key + "}"
+    base = _slot_base(key)
     return f"{base}:queue", f"{base}:alive", f"{base}:ticket"
+
+
+def fence_key(key: str) -> str:
+    """The fencing-token counter of the lock at ``key``, in ``key``'s slot (as ``semaphore_keys``)."""
+    return f"{_slot_base(key)}:fence"
+
+
+def _slot_base(key: str) -> str:
+    # A key's own name where it names its slot already, else wrapped in a hash tag naming it.
+    return key if _hash_tag(key) is not None or "}" in key else "{" + key + "}"
 
 
 def _describe(task_name: str, signature: inspect.Signature) -> str:

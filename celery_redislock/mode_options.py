@@ -30,6 +30,9 @@ def mode_clash(options: Mapping[str, Any], limit: int) -> tuple[str, str, str] |
             problem = "cannot be used with lock_until='started' (the window starts when the run starts)"
             return "throttle", problem, "lock_until"
     if options.get("keep_latest"):
+        if options.get("fencing") is True:
+            problem = "True cannot be used with fencing (keep_latest takes its lock without a token)"
+            return "keep_latest", problem, "fencing"
         if options.get("throttle") is not None:
             return "keep_latest", "True cannot be used with throttle (choose one mode)", "throttle"
         if limit > 1:

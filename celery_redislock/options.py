@@ -15,9 +15,7 @@ from .keys import LockKeyFunc
 from .mode_options import mode_clash
 
 __all__ = [
-    "CLOSE_TO_OPTION",
     "OPTION_NAMES",
-    "PEER_OPTIONS",
     "LockKey",
     "LockKeyFunc",
     "LockOn",
@@ -26,7 +24,6 @@ __all__ = [
     "OnDuplicate",
     "OnRedisError",
     "check_argument",
-    "check_task_keywords",
     "resolve",
     "source_queue",
     "source_task",
@@ -69,6 +66,7 @@ class LockOptions:
     keep_latest: bool = False
     debounce: float | None = None
     debounce_max: float | None = None
+    fencing: bool = False
 
     def __post_init__(self) -> None:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -251,6 +249,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "keep_latest": _check_bool,
     "debounce": _check_optional_seconds,
     "debounce_max": _check_optional_seconds,
+    "fencing": _check_bool,
 }
 assert set(_CHECKS) == OPTION_NAMES, "every option of LockOptions needs a check"
 
@@ -260,102 +259,6 @@ def _unknown(name: Any) -> str:
     close = difflib.get_close_matches(name, OPTION_NAMES, n=1) if isinstance(name, str) else []
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"is unknown{hint}; known options: {known}"
-
-
-# --- keywords given to a task that are not options ---------------------------------------------
-
-#: How close (difflib ratio) a task keyword must be to an option name to be taken for a misspelt
-#: option: typos and plurals score above it (lock_timout 0.96, on_duplicates 0.96, concurrency
-#: 0.85); Celery's own keywords (retry_backoff 0.57, routing_key 0.53) and names that merely
-#: share a word (timeout 0.74, lock_name 0.75) below it.
-CLOSE_TO_OPTION = 0.8
-
-
-def _arg(value: Any) -> str:
-    """A value as the keyword argument a user would write: lists as lists."""
-    return _show(list(value) if isinstance(value, tuple) else value)
-
-
-def _from_once(once: Any) -> str:
-    """celery-once's ``once={'keys': [...], 'timeout': N, 'graceful': bool, ...}``: it locks at
-    send and, unless graceful, raises AlreadyQueued there."""
-    if not isinstance(once, Mapping):
-        return 'lock_key=[<argument names>], lock_on="enqueue", on_duplicate="raise"'
-    words = []
-    keys = once.get("keys")
-    if keys is not None:  # celery-once locks on every argument without 'keys'
-        words.append(f"lock_key={_arg(keys)}")
-    words.append('lock_on="enqueue"')
-    words.append('on_duplicate="skip"' if once.get("graceful") else 'on_duplicate="raise"')
-    if once.get("timeout") is not None:
-        words.append(f"queued_timeout={_arg(once['timeout'])}")
-    text = ", ".join(words)
-    if once.get("unlock_before_run"):
-        text += " (unlock_before_run has no equivalent: the lock is held until the run ends)"
-    elif once.get("timeout") is not None:
-        text += " (queued_timeout bounds the wait in the queue; the lock of a running task is renewed)"
-    return text
-
-
-def _from_unique_on(unique_on: Any) -> str:
-    """celery-singleton's ``unique_on``: a list (or one name) of arguments; empty or None is
-    every argument there. celery-singleton locks at send."""
-    names = [unique_on] if isinstance(unique_on, str) else unique_on
-    if not names:
-        return 'lock_on="enqueue" and leave lock_key unset (an empty unique_on locks on every argument)'
-    return f'lock_key={_arg(names)}, lock_on="enqueue"'
-
-
-def _from_lock_expiry(expiry: Any) -> str:
-    return (
-        f"lock_timeout={_arg(expiry)} (renewed while the task runs, so it only bounds how long a "
-        'crashed worker\'s lock outlives it; with lock_on="enqueue", queued_timeout bounds the wait '
-        "in the queue)"
-    )
-
-
-def _from_raise_on_duplicate(raise_on_duplicate: Any) -> str:
-    if raise_on_duplicate:
-        return 'on_duplicate="raise", lock_on="enqueue" (DuplicateTaskError raised at send)'
-    return (
-        'lock_on="enqueue" and leave on_duplicate unset '
-        "(a duplicate send then returns the holder's AsyncResult)"
-    )
-
-
-#: Task options of celery-once and celery-singleton, which SingletonTask does not read, and what
-#: to write instead (given the value the task gave).
-PEER_OPTIONS: dict[str, tuple[str, Callable[[Any], str]]] = {
-    "once": ("celery-once", _from_once),
-    "unique_on": ("celery-singleton", _from_unique_on),
-    "lock_expiry": ("celery-singleton", _from_lock_expiry),
-    "raise_on_duplicate": ("celery-singleton", _from_raise_on_duplicate),
-}
-
-
-def check_task_keywords(keywords: Mapping[str, Any], source: str) -> None:
-    """Refuse the keywords of a task (``@app.task(base=SingletonTask, ...)`` or class attributes)
-    that look meant for this package but are not its options: an option of celery-once or
-    celery-singleton, or a name within ``CLOSE_TO_OPTION`` of an option's. Any other name is
-    the user's own attribute and is left alone.
-
-    ``keywords`` are the names the task set that Celery does not know (the glue filters out
-    Celery's); options themselves are skipped here, ``validate`` checks their values.
-    Raises ``OptionError`` naming ``source``, the keyword and what to write instead.
-    """
-    for name, value in keywords.items():
-        if name in OPTION_NAMES:
-            continue
-        peer = PEER_OPTIONS.get(name)
-        if peer is not None:
-            package, replacement = peer
-            raise OptionError(
-                name,
-                source,
-                f"is a {package} option, which SingletonTask ignores; write {replacement(value)}",
-            )
-        if difflib.get_close_matches(name, OPTION_NAMES, n=1, cutoff=CLOSE_TO_OPTION):
-            raise OptionError(name, source, _unknown(name))
 
 
 def _num(x: float) -> str:
@@ -413,6 +316,9 @@ def _clash(options: Mapping[str, Any]) -> tuple[str, str, str] | None:
     if limit > 1 and options.get("release_on_retry") is False:
         problem = f"False cannot be used with max_concurrency={limit} (use True)"
         return "release_on_retry", problem, "max_concurrency"
+    fencing = _fencing_clash(options, limit)
+    if fencing is not None:
+        return fencing
     lock_on = options.get("lock_on")
     if options.get("lock_until") == "started" and lock_on is not None and lock_on != "enqueue":
         problem = (
@@ -421,6 +327,19 @@ def _clash(options: Mapping[str, Any]) -> tuple[str, str, str] | None:
         )
         return "lock_until", problem, "lock_on"
     return mode_clash(options, limit)
+
+
+def _fencing_clash(options: Mapping[str, Any], limit: int) -> tuple[str, str, str] | None:
+    """A fencing token orders the holders of one lock: a semaphore's slots are held side by
+    side, and ``lock_until="started"`` runs the body unlocked, so neither has one."""
+    if options.get("fencing") is not True:
+        return None
+    if limit > 1:
+        return "fencing", f"True cannot be used with max_concurrency={limit} (use 1)", "max_concurrency"
+    if options.get("lock_until") == "started":
+        problem = "True cannot be used with lock_until='started' (the body runs unlocked)"
+        return "fencing", problem, "lock_until"
+    return None
 
 
 #: Checks of the arguments of ``RedisLock`` and ``RedisSemaphore``, by kind.

@@ -13,6 +13,7 @@ from celery.backends.base import DisabledBackend
 from celery.exceptions import Ignore
 
 from .errors import DuplicateTaskError, LockUnavailableError
+from .events import send_duplicate
 from .options import LockOptions
 from .stats import counters
 from .urls import mask_url
@@ -42,6 +43,7 @@ def on_duplicate(task: AnyTask, options: LockOptions, key: str, holder: str) -> 
         strategy = "skip"
     if options.throttle is not None:
         counters.incr("throttled")
+    send_duplicate(task, str(request.id), key, holder, strategy, "execute")
     if strategy == "raise":
         counters.incr("skipped")
         raise error

@@ -10,28 +10,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from celery import Celery, Task
+from celery import Celery
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .core import LeaseEngine, LockEngine, SemaphoreEngine, make_engine, make_semaphore_engine
 from .core.modes import ModeEngine
 from .keys import KeyBuilder, release_channel
-from .options import OPTION_NAMES, LockOptions, check_task_keywords, source_task, validate
+from .options import OPTION_NAMES, LockOptions, source_task, validate
 from .settings import SETTING_DEFAULTS, AppSettings, read_settings
 from .urls import client_factory
 
 __all__ = [
-    "CELERY_TASK_KEYWORDS",
     "SOCKET_TIMEOUT",
     "Plan",
     "Runtime",
-    "check_keywords",
     "reset_runtime",
     "run_function",
     "runtime_for",
     "task_options",
-    "user_keywords",
 ]
 
 # Bounds how long a task waits on a Redis that stopped answering; a lock's TTL covers the rest.
@@ -66,69 +63,6 @@ def run_function(task_class: type) -> Callable[..., Any]:
         return run.__func__
     # A method (bind=True, or a subclass defining run): its first parameter is the task.
     return functools.partial(run, None)
-
-
-#: Keywords ``@app.task`` takes that are not attributes of ``celery.Task``: the autoretry ones
-#: (celery/app/autoretry.py) and the deprecated routing attributes (Task.bind warns of them).
-CELERY_TASK_KEYWORDS = frozenset(
-    {
-        "autoretry_for",
-        "dont_autoretry_for",
-        "retry_kwargs",
-        "retry_backoff",
-        "retry_backoff_max",
-        "retry_jitter",
-        "queue",
-        "exchange",
-        "exchange_type",
-        "routing_key",
-        "delivery_mode",
-        "store_eager_result",
-    }
-)
-
-# dir(), not hasattr(): Task.app is a class property that would bind celery.Task to an app.
-_CELERY_NAMES = frozenset(dir(Task)) | CELERY_TASK_KEYWORDS
-
-
-def _is_code(value: Any) -> bool:
-    """A method, property or nested class of a task subclass: its own code, not a setting."""
-    return inspect.isroutine(value) or inspect.isdatadescriptor(value) or isinstance(value, type)
-
-
-def user_keywords(task_class: type, base: type) -> dict[str, Any]:
-    """The names a task set on itself that neither Celery nor this package define: the
-    decorator's keywords (``_task_from_fun`` puts them in the class it makes, marked
-    ``_decorated``) and the plain class attributes of the subclasses of ``base`` it derives from.
-
-    Skipped: private names, ``celery.Task`` attributes and ``CELERY_TASK_KEYWORDS``, options,
-    and in a hand-written subclass its methods, properties and nested classes. A decorator
-    keyword is checked whatever its value: the user wrote it as a setting.
-    """
-    found: dict[str, Any] = {}
-    for klass in task_class.__mro__:
-        if klass is base or not issubclass(klass, base):
-            continue  # base itself, its parents and mixins: not the task's own settings
-        own = vars(klass)
-        decorated = own.get("_decorated", False)
-        # Options a subclass translates into native ones itself (the compat bases' peer options).
-        consumed: frozenset[str] = getattr(task_class, "redislock_consumed_options", frozenset())
-        for name, value in own.items():
-            if name.startswith("_") or name in found or name in OPTION_NAMES or name in consumed:
-                continue
-            if name in _CELERY_NAMES:
-                continue
-            if not decorated and _is_code(value):
-                continue
-            found[name] = value
-    return found
-
-
-def check_keywords(task_class: type, base: type) -> None:
-    """Refuse, naming the task, a keyword meant as an option that is not one (a typo, or an
-    option of celery-once or celery-singleton); see ``options.check_task_keywords``."""
-    name = getattr(task_class, "name", None) or task_class.__name__
-    check_task_keywords(user_keywords(task_class, base), source_task(name))
 
 
 def task_options(task_class: type) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Worker lifecycle, connected on import: tag each request with its queue, free locks of dead or
 terminated children and of discarded messages from the parent, release what a process holds
-at shutdown."""
+at shutdown. And the package's own signals (defined in ``events``): ``task_duplicate``,
+``lock_lost``, ``lock_retaken``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from celery.exceptions import TimeLimitExceeded, WorkerLostError
 
 from .bootstep import SettingsCheck
 from .core.renewal import get_renewer
+from .events import lock_lost, lock_retaken, task_duplicate
 from .holders import handover_id, holder_prefix, queued_id
 from .keys import KEY_HEADER
 from .queues import QUEUE_FIELD, consumed_queue
@@ -25,7 +27,7 @@ from .runtime import runtime_for
 from .stats import counters
 from .task import SingletonTask
 
-__all__: list[str] = []
+__all__ = ["lock_lost", "lock_retaken", "task_duplicate"]
 
 logger = logging.getLogger("celery_redislock.worker")
 

@@ -14,10 +14,11 @@ from .acquisition import Execution, Holding, Refused, acquire, release_queued
 from .errors import DuplicateTaskError
 from .holders import handover_id, queued_id, task_id_of
 from .keys import KEY_HEADER, KeyBuilder
+from .keywords import check_keywords
 from .latest import acquire_latest
 from .options import LockOptions
 from .queues import QUEUE_FIELD
-from .runtime import check_keywords, run_function, runtime_for, task_options
+from .runtime import run_function, runtime_for, task_options
 
 __all__ = ["KEY_HEADER", "SingletonTask"]
 
@@ -25,6 +26,8 @@ logger = logging.getLogger("celery_redislock.task")
 
 #: The request attribute holding what the running execution holds (a ``Holding``).
 HELD_FIELD = "redislock_held"
+#: The request attribute a bound task's body reads its lock from (``held.RedisLockInfo``).
+INFO_FIELD = "redislock"
 
 
 class SingletonTask(Task[Any, Any]):
@@ -68,6 +71,8 @@ class SingletonTask(Task[Any, Any]):
     debounce: ClassVar[float | None] = None
     #: Seconds: a debounced burst runs at most this long after its first call.
     debounce_max: ClassVar[float | None] = None
+    #: True: each acquisition issues a fencing token (``self.request.redislock.token``).
+    fencing: ClassVar[bool | None] = None
 
     @classmethod
     def on_bound(cls, app: Celery) -> None:
@@ -89,6 +94,7 @@ class SingletonTask(Task[Any, Any]):
         # arguments' types since. Kept on the request, so a retry carries it on.
         key = getattr(request, KEY_HEADER, None) or plan.key(self, args, kwargs)
         setattr(request, KEY_HEADER, key)
+        setattr(request, INFO_FIELD, None)  # until it holds the lock: never while it runs unlocked
         try:
             if options.lock_until == "started":
                 # Unique while queued only: free this call's queued lock, so one more identical
@@ -112,6 +118,7 @@ class SingletonTask(Task[Any, Any]):
                 outcomes.on_redelivered(self, options, key, outcome.holder)
             outcomes.on_duplicate(self, options, key, outcome.holder)
         setattr(request, HELD_FIELD, outcome)
+        setattr(request, INFO_FIELD, outcome.info)
         try:
             return self.run(*args, **kwargs)
         finally:

@@ -13,7 +13,7 @@ import redis
 from celery import Celery
 
 from .. import errors
-from ..cli import _glob_escape, _held_locks
+from ..cli import glob_escape, held_locks
 from ..errors import OptionError
 from ..holders import QUEUED_SUFFIX
 from ..runtime import runtime_for
@@ -165,7 +165,7 @@ def clear_locks(app: Celery) -> int:
     removed = 0
     names = sorted({task.name for task in app.tasks.values() if isinstance(task, Singleton)})
     for name in names:
-        for lock in list(_held_locks(runtime, name)):
+        for lock in list(held_locks(runtime, name)):
             if lock.holder.endswith(_NOT_RUNNING) and engine.release(
                 lock.key, lock.holder, notify=runtime.release_channel(lock.key)
             ):
@@ -180,7 +180,7 @@ def _clear_legacy(app: Celery) -> int:
     client = Legacy(url).engine.client
     removed = 0
     try:
-        for key in client.scan_iter(match=_glob_escape(prefix) + "*", count=1000):
+        for key in client.scan_iter(match=glob_escape(prefix) + "*", count=1000):
             removed += int(client.delete(key))
     finally:
         if isinstance(client, redis.Redis):

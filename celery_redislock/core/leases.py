@@ -44,6 +44,9 @@ class AcquireResult:
 
     status: AcquireStatus | None
     holder: str
+    #: the fencing token issued with it (a fenced acquire only), and the server's time then
+    token: int | None = None
+    server_time: float | None = None
 
     @property
     def acquired(self) -> bool:

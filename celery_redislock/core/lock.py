@@ -247,6 +247,10 @@ class RedisLock(HeldInRedis[LockEngine]):
     other lock it renews on that client. A blocking ``acquire`` waits on the PUBSUB channel
     ``<name>:released`` and re-tries at least every ``retry_delay`` seconds (a lock that
     expired publishes nothing), up to ``acquire_timeout`` seconds (None: no limit).
+
+    ``fencing=True``: each acquisition also gets a fencing token (``token``), a 64-bit integer
+    greater than every token issued for ``name`` before, in the same round trip; pass it to
+    whatever the lock guards, which refuses a write carrying a smaller one than it has seen.
     """
 
     def __init__(
@@ -258,27 +262,36 @@ class RedisLock(HeldInRedis[LockEngine]):
         blocking: bool = True,
         acquire_timeout: float | None = None,
         retry_delay: float = DEFAULT_RETRY_DELAY,
+        fencing: bool = False,
     ) -> None:
         super().__init__(redis, name, timeout, renew, blocking, acquire_timeout, retry_delay)
+        self.fencing: bool = check_argument("flag", "fencing", fencing, self._source)
         self._lock_engine = lock_engine_for(redis)
+        self._token: int | None = None
+
+    @property
+    def token(self) -> int | None:
+        """The fencing token of the acquisition held now (``fencing=True``); else None."""
+        return self._token if self._lease is not None else None
 
     @property
     def _engine(self) -> LockEngine:
         return self._lock_engine
 
     def _take(self, holder: str, blocking: bool, timeout: float | None) -> tuple[bool, tuple[str, ...]]:
-        engine, ttl = self._lock_engine, to_ms(self.timeout)
-        result = engine.acquire(self.name, holder, ttl)
+        engine, ttl, fencing = self._lock_engine, to_ms(self.timeout), self.fencing
+        result = engine.acquire(self.name, holder, ttl, fencing=fencing)
         if not result.acquired and blocking:
             result = wait_for(
                 engine.client,
                 release_channel(self.name),
                 # Just seen held: straight to the script (one round trip, not SET NX then it).
-                lambda: engine.acquire(self.name, holder, ttl, expect_free=False),
+                lambda: engine.acquire(self.name, holder, ttl, expect_free=False, fencing=fencing),
                 lambda r: r.acquired,
                 timeout,
                 self.retry_delay,
             )
+        self._token = result.token
         return result.acquired, () if result.acquired else (result.holder,)
 
     def _lease_for(self, holder: str, ttl_ms: int) -> Lease:

@@ -9,6 +9,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
+from ..keys import fence_key
 from .leases import AcquireResult, AcquireStatus, Client, Lease, LockInfo, RenewReport, as_text
 from .scripts import (
     ACQUIRE,
@@ -24,7 +25,12 @@ from .scripts import (
     ttl_arg,
 )
 
-__all__ = ["ClusterLockEngine", "LockEngine", "make_engine"]
+__all__ = ["FENCE_KEEP_MS", "ClusterLockEngine", "LockEngine", "make_engine"]
+
+#: How long a key's fence counter outlives its last fenced acquisition (at least twice that
+#: lock's TTL): 7 days. Should it expire (or Redis restart without it), the next token is
+#: seeded from the server's clock in microseconds, still above every token issued before.
+FENCE_KEEP_MS = 7 * 24 * 3600 * 1000
 
 
 class LockEngine(BatchRenewal):
@@ -52,6 +58,7 @@ class LockEngine(BatchRenewal):
         takeover_suffix: str | None = None,
         *,
         expect_free: bool = True,
+        fencing: bool = False,
     ) -> AcquireResult:
         """Take ``key`` for ``holder``, re-enter it if ``holder`` has it, or take it over from
         ``handover`` (an id a previous holder left for this one) or from any holder id ending
@@ -62,13 +69,25 @@ class LockEngine(BatchRenewal):
         acquire script run (re-entry, take-over, or reporting the holder): a second round
         trip, on the contended path only. ``expect_free=False`` skips the ``SET`` where the
         caller knows the key is most likely held (a task locked at enqueue, to take over).
+
+        ``fencing=True``: the script issues a fencing token with the lock (``result.token``,
+        greater than any issued for ``key`` before) from the counter ``keys.fence_key(key)``,
+        in the same round trip; no ``SET NX`` then, which could not issue one.
         """
         ttl = ttl_arg(ttl_ms)
-        if expect_free and self._set_nx(key, holder, ttl):
+        args = (holder, ttl, handover or "", takeover_suffix or "")
+        if fencing:
+            keep = str(max(FENCE_KEEP_MS, 2 * int(ttl)))
+            reply = self._script(self._acquire, [key, fence_key(key)], *args, keep)
+        elif expect_free and self._set_nx(key, holder, ttl):
             return AcquireResult(AcquireStatus.TAKEN, holder)
-        reply = self._script(self._acquire, key, holder, ttl, handover or "", takeover_suffix or "")
+        else:
+            reply = self._script(self._acquire, key, *args)
         if isinstance(reply, int):
             return AcquireResult(AcquireStatus(reply), holder)
+        if isinstance(reply, list):  # fenced: [code, token, seconds, microseconds]
+            code, token, seconds, micros = (int(part) for part in reply)
+            return AcquireResult(AcquireStatus(code), holder, token, seconds + micros / 1e6)
         return AcquireResult(None, as_text(reply))
 
     def release(self, key: str, holder: str, *, notify: str | None = None) -> bool:
@@ -94,11 +113,13 @@ class LockEngine(BatchRenewal):
             return self._direct.execute("SET", key, holder, "NX", "PX", ttl) is not None
         return bool(self.client.set(key, holder, nx=True, px=int(ttl)))
 
-    def _script(self, script: Script, key: str, *args: str) -> Any:
-        """One call of a one-key ``script``, on the direct connection where there is one."""
+    def _script(self, script: Script, key: str | list[str], *args: str) -> Any:
+        """One call of ``script`` on ``key`` (or keys of one slot), on the direct connection
+        where there is one."""
+        keys = [key] if isinstance(key, str) else key
         if self._direct is not None:
-            return self._direct.script(script, [key], args)
-        return script(keys=[key], args=args)
+            return self._direct.script(script, keys, args)
+        return script(keys=keys, args=args)
 
     def holder_of(self, key: str) -> str | None:
         """The id holding ``key`` now, or None: for diagnostics, never for a decision."""

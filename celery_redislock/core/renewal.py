@@ -6,15 +6,40 @@ import logging
 import os
 import threading
 from collections import Counter
+from typing import Callable, Literal, Optional
 
 import redis
 
 from ..stats import counters
 from .leases import Lease, LeaseEngine, RenewReport
 
-__all__ = ["Renewer", "get_renewer"]
+__all__ = ["LeaseEvent", "LeaseListener", "Renewer", "add_listener", "get_renewer"]
 
 logger = logging.getLogger("celery_redislock.renewal")
+
+#: What a renewal found of a held lease: ``"lost"`` (someone else holds it now: no longer
+#: renewed) or ``"retaken"`` (it was gone and free: taken back).
+LeaseEvent = Literal["lost", "retaken"]
+#: Told, in the renewal thread, of each lease lost or re-taken: ``(event, lease, the holder
+#: id it is held by now, or None)``. How the Celery glue (which this module must not import)
+#: sends its signals and marks the request's lock lost.
+LeaseListener = Callable[[LeaseEvent, Lease, Optional[str]], None]
+
+_listeners: list[LeaseListener] = []
+
+
+def add_listener(listener: LeaseListener) -> None:
+    """Tell ``listener`` of every lease lost or re-taken in this process (and its children)."""
+    if listener not in _listeners:
+        _listeners.append(listener)
+
+
+def _tell(event: LeaseEvent, lease: Lease, other: str | None) -> None:
+    for listener in list(_listeners):
+        try:
+            listener(event, lease, other)
+        except Exception:  # a listener's bug must not stop the renewal of every other lock
+            logger.exception("A lease listener failed on %s lock %s", event, lease.key)
 
 
 class Renewer:
@@ -130,11 +155,13 @@ class Renewer:
                 lease.key,
                 lease.holder,
             )
+            _tell("retaken", lease, None)
         for lease, other in outcome.stolen:
             counters.incr("lost")
             logger.error("Lost lock %s held by %s: it is now held by %s", lease.key, lease.holder, other)
             with self._mutex:  # someone else's now: stop renewing it
                 self._pop_locked(engine, lease)
+            _tell("lost", lease, other or None)
 
     def _run(self) -> None:
         while not self._stopping.is_set():

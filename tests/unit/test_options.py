@@ -11,12 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celery_redislock.errors import ConfigurationError, OptionError, RedisURLError
+from celery_redislock.keywords import CLOSE_TO_OPTION, PEER_OPTIONS, check_task_keywords
 from celery_redislock.options import (
-    CLOSE_TO_OPTION,
     OPTION_NAMES,
-    PEER_OPTIONS,
     LockOptions,
-    check_task_keywords,
     resolve,
     source_queue,
     source_task,
@@ -71,7 +69,7 @@ def test_defaults_are_spec_section_2() -> None:
 
 def test_option_names_are_the_dataclass_fields() -> None:
     assert {f.name for f in dataclasses.fields(LockOptions)} == OPTION_NAMES
-    assert len(OPTION_NAMES) == 16
+    assert len(OPTION_NAMES) == 17
 
 
 def test_effective_renew_interval_follows_lock_timeout() -> None:
@@ -364,6 +362,7 @@ DIFFERENT = {
     "keep_latest": (True, False, True),
     "debounce": (1, 2, 3),
     "debounce_max": (5, 6, 7),
+    "fencing": (True, False, True),
 }
 
 #: Options an option of DIFFERENT needs from the least specific layer (app) to be valid at all.

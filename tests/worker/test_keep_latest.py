@@ -140,6 +140,7 @@ def test_keep_latest_on_the_threads_pool(
     ("options", "other"),
     [
         ({"keep_latest": True, "lock_on": "enqueue"}, "lock_on"),
+        ({"keep_latest": True, "fencing": True}, "fencing"),
         ({"keep_latest": True, "throttle": 5}, "throttle"),
         ({"keep_latest": True, "max_concurrency": 2}, "max_concurrency"),
     ],
