@@ -14,7 +14,6 @@ be lost.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -28,7 +27,7 @@ from .events import send_duplicate
 from .holders import debounced_id
 from .keys import KEY_HEADER
 from .outcomes import skip
-from .runtime import runtime_for
+from .runtime import app_layers_ask, runtime_for
 from .stats import counters
 from .urls import mask_url
 
@@ -44,9 +43,7 @@ def may_debounce(task: SingletonTask) -> bool:
     """False when no layer can debounce ``task`` (the resolved plan decides the rest)."""
     if task.debounce is not None:
         return True
-    conf = task.app.conf
-    layers = [conf.get("redislock_options"), *(conf.get("redislock_queues") or {}).values()]
-    return any(isinstance(layer, Mapping) and layer.get("debounce") is not None for layer in layers)
+    return app_layers_ask(task.app, "debounce", lambda value: value is not None)
 
 
 def send(

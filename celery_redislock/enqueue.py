@@ -4,7 +4,6 @@ is published, and carried to its worker in the message's ``redislock_key`` heade
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from datetime import datetime, timezone, tzinfo
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -15,7 +14,7 @@ from .errors import LockUnavailableError
 from .events import send_duplicate
 from .holders import queued_id, task_id_of
 from .keys import KEY_HEADER
-from .runtime import runtime_for
+from .runtime import app_layers_ask, runtime_for
 from .stats import counters
 from .urls import mask_url
 
@@ -35,9 +34,7 @@ def may_lock_at_enqueue(task: SingletonTask) -> bool:
     rest): the task's own setting wins, else any app or queue layer may ask for it."""
     if task.lock_on is not None:
         return task.lock_on == "enqueue"
-    conf = task.app.conf
-    layers = [conf.get("redislock_options"), *(conf.get("redislock_queues") or {}).values()]
-    return any(isinstance(layer, Mapping) and layer.get("lock_on") == "enqueue" for layer in layers)
+    return app_layers_ask(task.app, "lock_on", lambda value: value == "enqueue")
 
 
 def send(

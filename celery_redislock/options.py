@@ -156,15 +156,6 @@ def _seconds(allowed: str, *, zero_ok: bool) -> Callable[[Any], float]:
     return check
 
 
-def _check_renew_interval(value: Any) -> float | None:
-    if value is None:
-        return None
-    try:
-        return _positive_seconds(value)
-    except _Bad as bad:
-        raise _Bad(str(bad).replace("must be", "must be None or", 1)) from None
-
-
 def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
     def check(value: Any) -> str:
         allowed = ", ".join(repr(c) for c in choices)
@@ -234,7 +225,7 @@ _non_negative_seconds = _seconds(">= 0", zero_ok=True)
 
 _CHECKS: dict[str, Callable[[Any], Any]] = {
     "lock_timeout": _positive_seconds,
-    "renew_interval": _check_renew_interval,
+    "renew_interval": _check_optional_seconds,
     "lock_key": _check_lock_key,
     "on_duplicate": _choice(get_args(OnDuplicate)),
     "acquire_timeout": _non_negative_seconds,

@@ -25,6 +25,7 @@ __all__ = [
     "SOCKET_TIMEOUT",
     "Plan",
     "Runtime",
+    "app_layers_ask",
     "reset_runtime",
     "run_function",
     "runtime_for",
@@ -63,6 +64,14 @@ def run_function(task_class: type) -> Callable[..., Any]:
         return run.__func__
     # A method (bind=True, or a subclass defining run): its first parameter is the task.
     return functools.partial(run, None)
+
+
+def app_layers_ask(app: Celery, option: str, wanted: Callable[[Any], bool]) -> bool:
+    """Whether ``redislock_options`` or any ``redislock_queues`` layer sets ``option`` to a value
+    ``wanted`` accepts: read without resolving, to tell whether a send needs the plan at all."""
+    conf = app.conf
+    layers = [conf.get("redislock_options"), *(conf.get("redislock_queues") or {}).values()]
+    return any(isinstance(layer, Mapping) and option in layer and wanted(layer[option]) for layer in layers)
 
 
 def task_options(task_class: type) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import redis
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
+from celery_redislock import OptionError, SingletonTask
 from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
 from celery_redislock.runtime import reset_runtime
 
@@ -37,7 +38,7 @@ import os
 import redis
 from celery import Celery
 
-from celery_redislock import SingletonTask
+from celery_redislock import OptionError, SingletonTask
 
 app = Celery({name!r})
 app.conf.update(
@@ -180,3 +181,15 @@ def worker_process(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     yield start
     for proc in started:
         proc.stop()
+
+
+def registration_error(app: Celery, name: str, **options: Any) -> OptionError:
+    """The OptionError that registering a SingletonTask ``name`` with ``options`` raises."""
+    with pytest.raises(OptionError) as caught:
+
+        @app.task(base=SingletonTask, shared=False, name=name, **options)
+        def bad() -> None: ...
+
+        assert bad.name  # a shared=False task is bound (and checked) when first used
+
+    return caught.value

@@ -15,10 +15,18 @@ import pytest
 import redis
 from celery import Celery
 
-from celery_redislock import DuplicateTaskError, OptionError, SingletonTask
+from celery_redislock import DuplicateTaskError, SingletonTask
 from celery_redislock.contrib.testing import RedisServer
 
-from .conftest import WorkerProcess, open_gate, poll, stats_of, wait_started, worker_module
+from .conftest import (
+    WorkerProcess,
+    open_gate,
+    poll,
+    registration_error,
+    stats_of,
+    wait_started,
+    worker_module,
+)
 
 NAME = "latest.render"
 
@@ -148,15 +156,8 @@ def test_keep_latest_on_the_threads_pool(
 def test_keep_latest_clashes_are_refused_at_registration(
     options: dict[str, Any], other: str, make_app: Callable[..., Celery]
 ) -> None:
-    app = make_app()
-    with pytest.raises(OptionError) as caught:
-
-        @app.task(base=SingletonTask, shared=False, name="latest.bad", **options)
-        def bad() -> None: ...
-
-        assert bad.name
-
-    assert "option 'keep_latest'" in str(caught.value) and other in str(caught.value)
+    error = registration_error(make_app(), "latest.bad", **options)
+    assert "option 'keep_latest'" in str(error) and other in str(error)
 
 
 @pytest.fixture

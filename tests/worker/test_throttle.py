@@ -15,9 +15,18 @@ import pytest
 import redis
 from celery import Celery
 
-from celery_redislock import DuplicateTaskError, OptionError, SingletonTask
+from celery_redislock import DuplicateTaskError, SingletonTask
 
-from .conftest import WorkerProcess, lock_keys, open_gate, poll, stats_of, wait_started, worker_module
+from .conftest import (
+    WorkerProcess,
+    lock_keys,
+    open_gate,
+    poll,
+    registration_error,
+    stats_of,
+    wait_started,
+    worker_module,
+)
 
 NAME = "throttle.report"
 
@@ -190,12 +199,5 @@ def test_throttle_on_the_threads_pool(
 def test_throttle_clashes_are_refused_at_registration(
     options: dict[str, Any], other: str, make_app: Callable[..., Celery]
 ) -> None:
-    app = make_app()
-    with pytest.raises(OptionError) as caught:
-
-        @app.task(base=SingletonTask, shared=False, name="throttle.bad", **options)
-        def bad() -> None: ...
-
-        assert bad.name
-
-    assert "option 'throttle'" in str(caught.value) and other in str(caught.value)
+    error = registration_error(make_app(), "throttle.bad", **options)
+    assert "option 'throttle'" in str(error) and other in str(error)
