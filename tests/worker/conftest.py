@@ -107,6 +107,13 @@ def urls(redislock_server: RedisServer, redislock_url: str) -> dict[str, str]:
 
 
 @pytest.fixture
+def lock_server() -> Iterator[RedisServer]:
+    """A lock Redis of its own, which a test stops or restarts while the broker stays up."""
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
 def locks(redislock_server: RedisServer, urls: dict[str, str]) -> Iterator[redis.Redis]:
     """A client to the lock database."""
     client = redislock_server.client(db=2)

@@ -7,7 +7,7 @@ import os
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -158,13 +158,6 @@ def test_keep_latest_clashes_are_refused_at_registration(
 ) -> None:
     error = registration_error(make_app(), "latest.bad", **options)
     assert "option 'keep_latest'" in str(error) and other in str(error)
-
-
-@pytest.fixture
-def lock_server() -> Iterator[RedisServer]:
-    """A lock Redis of its own, which a test restarts while the broker stays up."""
-    with RedisServer() as server:
-        yield server
 
 
 def test_a_redis_restart_loses_no_pending_call(

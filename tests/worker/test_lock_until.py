@@ -7,7 +7,7 @@ identical call can be queued while it runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -113,13 +113,6 @@ def test_only_the_task_s_own_queued_lock_is_released(
     open_gate(coord, "b")
     assert first.get(timeout=15) == "done b"
     assert locks.get(key) == b"other-task@queued"
-
-
-@pytest.fixture
-def lock_server() -> Iterator[RedisServer]:
-    """A lock Redis of its own, which a test stops while the broker stays up."""
-    with RedisServer() as server:
-        yield server
 
 
 @pytest.mark.parametrize("policy", ["retry", "run", "fail"])
