@@ -16,6 +16,7 @@ LABELS = {
     "redislock-fencing": "`SingletonTask`, `fencing=True`",
     "celery-singleton": "celery-singleton `Singleton`",
     "celery-once": "celery-once `QueueOnce`",
+    "floor": "floor: `SET NX` + `DEL` on a raw socket (not a lock)",
 }
 
 

@@ -8,8 +8,10 @@ So it imports nothing from the ``benchmarks`` package.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from typing import Any
+from urllib.parse import urlparse
 
 import redis
 from celery import Celery, Task
@@ -25,6 +27,36 @@ try:
 except ImportError:  # pragma: no cover
     QueueOnce = None
 
+
+class RawSocketLock(Task):  # type: ignore[type-arg]
+    """Not a lock anyone should use: the least two round trips can cost in a pool child.
+
+    ``SET key id NX PX`` before the body and ``DEL key`` after it (the peers' two commands),
+    packed and parsed by hand on one socket per process, with no library code around them:
+    what any lock that takes and frees its key in the worker pays at the least."""
+
+    _socket: tuple[int, socket.socket] | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        key = f"floor:{self.name}:{args!r}"
+        self._command(b"SET", key.encode(), str(self.request.id).encode(), b"NX", b"PX", b"60000")
+        try:
+            return self.run(*args, **kwargs)
+        finally:
+            self._command(b"DEL", key.encode())
+
+    def _command(self, *args: bytes) -> bytes:
+        state = RawSocketLock._socket
+        if state is None or state[0] != os.getpid():
+            url = urlparse(self.app.conf.redislock_url)
+            sock = socket.create_connection((url.hostname or "127.0.0.1", url.port or 6379))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            state = RawSocketLock._socket = (os.getpid(), sock)
+        request = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+        state[1].sendall(request)
+        return state[1].recv(1024)  # "+OK", "$-1" or ":1": one short line, read whole
+
+
 #: Variant name -> (base class or None when not installed, extra task options).
 #: "plain" is the yardstick every ratio is taken against.
 VARIANTS: dict[str, tuple[type[Task[Any, Any]] | None, dict[str, Any]]] = {
@@ -34,6 +66,8 @@ VARIANTS: dict[str, tuple[type[Task[Any, Any]] | None, dict[str, Any]]] = {
     # What an opt-in fencing token costs: the acquire script instead of SET NX, and its counter.
     "redislock-fencing": (SingletonTask, {"fencing": True}),
     "celery-singleton": (Singleton, {}),
+    # Not a lock: two commands on a raw socket, what any take-in-the-worker lock pays at least.
+    "floor": (RawSocketLock, {}),
     # graceful: a duplicate call returns a REJECTED EagerResult instead of raising AlreadyQueued.
     "celery-once": (QueueOnce, {"once": {"graceful": True}}),
 }

@@ -62,6 +62,9 @@ def _tag_queue(sender: Any = None, request: Any = None, **_: Any) -> None:
     # child gets as task.request, so the queue rides along to SingletonTask.__call__.
     if request is None or not isinstance(request.task, SingletonTask):
         return
+    _received.add(request)
+    if not runtime_for(request.task.app).settings.queues:
+        return  # no per-queue options: which queue it came from changes nothing
     task_consumer = getattr(sender, "task_consumer", None)
     queues: Sequence[Any] = getattr(task_consumer, "queues", None) or list(
         request.task.app.amqp.queues.values()
@@ -70,7 +73,6 @@ def _tag_queue(sender: Any = None, request: Any = None, **_: Any) -> None:
     message = getattr(request, "message", None)
     delivery_info = getattr(message, "delivery_info", None) or request.delivery_info or {}
     request.request_dict[QUEUE_FIELD] = consumed_queue(delivery_info, queues, tags)
-    _received.add(request)
 
 
 def _lock_key(task: SingletonTask, context: Any) -> str:

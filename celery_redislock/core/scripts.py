@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from importlib import resources
 from typing import Any
@@ -13,6 +14,7 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
+from . import resp
 from .leases import Client, Lease, RenewReport, as_text
 
 __all__ = [
@@ -49,6 +51,12 @@ SEM_ACQUIRE = load_script("sem_acquire.lua")
 SEM_RELEASE = load_script("sem_release.lua")
 SEM_RENEW = load_script("sem_renew.lua")
 SEM_STATE = load_script("sem_state.lua")
+
+
+#: Connections whose socket the hot path may talk on itself (``resp.call``): a TCP, TLS or unix
+#: socket and nothing more. A subclass (a Sentinel-managed connection, which must drop a
+#: demoted master at its first READONLY reply, or a user's own) keeps redis-py's path.
+_RAW_CONNECTIONS = frozenset({redis.Connection, redis.SSLConnection, redis.UnixDomainSocketConnection})
 
 
 class DirectConnection:
@@ -116,6 +124,16 @@ class DirectConnection:
             # connect(), not the implicit connect of send_command: a Sentinel-managed
             # connection asks the Sentinels where the master is there.
             connection.connect()
+        if type(connection) in _RAW_CONNECTIONS:
+            # As redis-py does before a command: a connection idle longer than its health
+            # check interval is PINGed first (a stale one reconnects before the real call).
+            interval = connection.health_check_interval
+            if interval and time.monotonic() > connection.next_health_check:
+                connection.check_health()
+            reply = resp.call(connection, resp.pack(args, connection.encoder.encoding))
+            if interval:
+                connection.next_health_check = time.monotonic() + interval
+            return reply
         connection.send_command(*args)
         reply = connection.read_response()
         # A server going away for maintenance asks the client to reconnect (redis-py >= 7).

@@ -1,0 +1,145 @@
+"""One command on a raw socket: the request packed and the reply read without redis-py's
+command path.
+
+A task's acquire and release are one command each, on a connection this process keeps to
+itself (``scripts.DirectConnection``). Through redis-py's ``Connection.send_command`` and
+``read_response`` they cost 55 µs of CPU a task in packing (its encoder per argument) and in
+its parser's buffer classes; packed and parsed here, 6 µs (README, Benchmarks). Only what
+those calls can answer is parsed (RESP2 and RESP3 scalars, nulls and arrays); anything else
+(a server push, an unknown type) makes the connection be dropped after the reply, so the
+next call starts clean.
+
+Errors are redis-py's: a reply error becomes its exception class (NOSCRIPT a
+``NoScriptError``, ...), a socket that fails or times out a ``ConnectionError`` or
+``TimeoutError``, with the connection disconnected, as redis-py's own path does. The
+connection is disconnected too when anything else interrupts the call (a soft time limit):
+a reply left unread would be taken for the next command's.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+from redis._parsers.base import BaseParser
+from redis.exceptions import ConnectionError, TimeoutError
+
+__all__ = ["call", "pack"]
+
+_CRLF = b"\r\n"
+_READ_SIZE = 65536
+
+
+class _Incomplete(Exception):
+    """The buffer ends before the reply does: read more."""
+
+
+class _Unexpected(Exception):
+    """A reply of a type this module does not parse."""
+
+
+def pack(args: Sequence[str | bytes | int], encoding: str = "utf-8") -> bytes:
+    """``args`` as one RESP request (an array of bulk strings)."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        if isinstance(arg, str):
+            data = arg.encode(encoding)
+        elif isinstance(arg, bytes):
+            data = arg
+        else:
+            data = b"%d" % arg
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+def call(connection: Any, request: bytes) -> Any:
+    """Send ``request`` on ``connection`` (a connected redis-py ``Connection``) and return its
+    reply: bytes, int, None, a list of these; raises a reply error as redis-py does."""
+    sock = connection._sock
+    dirty = False
+    try:
+        sock.sendall(request)
+        buffer = sock.recv(_READ_SIZE)
+        while True:
+            if not buffer:
+                raise ConnectionError("Connection closed by server.")
+            try:
+                reply, end = _parse(buffer, 0)
+            except _Incomplete:
+                buffer += sock.recv(_READ_SIZE)
+                continue
+            if not isinstance(reply, _Push):
+                break
+            dirty = True  # a push (RESP3): not ours to handle; the reply follows it
+            buffer = buffer[end:] or sock.recv(_READ_SIZE)
+        if end != len(buffer):
+            dirty = True  # more than one reply: never ours, start the next call clean
+    except socket.timeout:
+        connection.disconnect()
+        raise TimeoutError(f"Timeout reading from {_where(connection)}") from None
+    except _Unexpected as exc:
+        connection.disconnect()
+        raise ConnectionError(f"Unexpected reply from {_where(connection)}: {exc}") from None
+    except OSError as exc:
+        connection.disconnect()
+        raise ConnectionError(f"Error while talking to {_where(connection)}: {exc}") from None
+    except BaseException:
+        connection.disconnect()
+        raise
+    if dirty:
+        connection.disconnect()
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+class _Push(list[Any]):
+    """A RESP3 push message: not a reply to the command sent."""
+
+
+def _parse(buffer: bytes, start: int) -> tuple[Any, int]:
+    """The reply starting at ``start`` in ``buffer``, and where it ends."""
+    eol = buffer.find(_CRLF, start)
+    if eol < 0:
+        raise _Incomplete
+    kind, line, after = buffer[start : start + 1], buffer[start + 1 : eol], eol + 2
+    if kind == b"+":
+        return line, after
+    if kind == b":":
+        return int(line), after
+    if kind == b"$" or kind == b"=":
+        size = int(line)
+        if size < 0:
+            return None, after
+        if len(buffer) < after + size + 2:
+            raise _Incomplete
+        data = buffer[after : after + size]
+        return (data[4:] if kind == b"=" else data), after + size + 2  # "=": "txt:" prefix
+    if kind == b"-":
+        return BaseParser.parse_error(line.decode("utf-8", "replace")), after  # type: ignore[no-untyped-call]
+    if kind == b"_":
+        return None, after
+    if kind == b"*" or kind == b">" or kind == b"~":
+        count = int(line)
+        if count < 0:
+            return None, after
+        items: list[Any] = _Push() if kind == b">" else []
+        for _ in range(count):
+            item, after = _parse(buffer, after)
+            items.append(item)
+        return items, after
+    if kind == b"#":
+        return line == b"t", after
+    if kind == b",":
+        return float(line), after
+    if kind == b"(":
+        return int(line), after
+    raise _Unexpected(repr(buffer[start : start + 40]))
+
+
+def _where(connection: Any) -> str:
+    try:
+        return str(connection._host_error())
+    except Exception:  # an older redis-py: no such helper
+        return "Redis"
