@@ -119,7 +119,7 @@ class Holding:
                 runtime.engine.transfer(lease.key, lease.holder, *hand_to)
             elif self.options.throttle is not None:
                 end_throttle(self)
-            elif engine.release(lease.key, lease.holder, notify=runtime.release_channel(lease.key)):
+            elif engine.release(lease.key, lease.holder, notify=self._notice(lease.key)):
                 counters.incr("released")
             else:
                 logger.error(
@@ -133,6 +133,12 @@ class Holding:
                 exc,
                 self.options.lock_timeout,
             )
+
+    def _notice(self, key: str) -> str | None:
+        """Where the release is published: nowhere when no execution of the task can be
+        waiting for it (no ``on_duplicate="wait"`` anywhere in its configuration)."""
+        runtime = self.runtime
+        return runtime.release_channel(key) if runtime.waited_on(self.info.task_name) else None
 
     def cancel_hand_over(self, to: str) -> None:
         """Free a lock handed to ``to`` whose next run will not come (no retry was sent)."""
