@@ -57,13 +57,19 @@ _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>.*?)(?::(?P<line>\d+))?\)$")
 _OURS = {
     "keys.py": "digest",
     "runtime.py": "plan",
+    "holders.py": "holder",
     "stats.py": "counters",
     "renewal.py": "renewal",
-    "engine.py": "engine",
-    "task.py": "task",
+    "locks.py": "engine",
+    "scripts.py": "engine",
+    "resp.py": "engine",
+    "leases.py": "engine",
     "lock.py": "engine",
     "waiting.py": "engine",
-    "connection.py": "engine",
+    "task.py": "task",
+    "acquisition.py": "task",
+    "held.py": "task",
+    "outcomes.py": "task",
 }
 
 
@@ -89,6 +95,8 @@ _SOCKET_CALLS = {
     ("AbstractConnection.send_packed_command", "connection.py"),
     ("Connection._recv", "connection.py"),
     ("Connection._send", "connection.py"),
+    # The hot path's own socket calls (core/resp.py): sendall and recv run in this frame.
+    ("call", "resp.py"),
 }
 
 
@@ -104,6 +112,8 @@ def bucket(stack: Sequence[str]) -> str:
     func, path = frames[ours[-1]]
     func = func.rsplit(".", 1)[-1]
     below = frames[ours[-1] + 1 :]
+    if not below and _is_socket_call(func, path):
+        return "socket"
     if any(_is_redis(p) for _, p in below):
         return "socket" if _is_socket_call(leaf_func, leaf_path) else "redis-py"
     if any(p.endswith("inspect.py") for _, p in below):

@@ -11,6 +11,8 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from .holders import process_alive
+
 COUNTER_NAMES = (
     "acquired",
     "skipped",
@@ -32,7 +34,21 @@ COUNTER_NAMES = (
 )
 
 _INDEX = {name: index for index, name in enumerate(COUNTER_NAMES)}
-_SIZE = len(COUNTER_NAMES) * 8  # one signed 64-bit integer each
+
+# The shared memory is a table of rows of signed 64-bit integers: the owner's pid, then one
+# value per counter. Each process counts in a row of its own, so an increment takes no lock
+# shared with other processes (two record-lock calls an increment were a worker's largest
+# cost after its round trips, and a child preempted holding the lock stalled the other). The
+# totals are the sum of the rows, less the baseline row that reset() moves.
+_WIDTH = 1 + len(COUNTER_NAMES)
+#: Rows of processes that counted and are gone (folded in when their row is reused), and of
+#: increments made while every row was taken.
+_RETIRED = 0
+#: The totals at the last reset(), subtracted from every snapshot.
+_BASELINE = 1
+_FIRST_OWN = 2
+#: Processes counting at once without the shared lock (a worker's parent and its children).
+ROWS = 512
 
 if sys.platform == "win32":  # no fork there: the in-process lock alone is enough
 
@@ -68,66 +84,120 @@ def _anonymous_file(size: int) -> int:
 class Counters:
     """Thread- and process-safe counters, in memory shared with every process forked later.
 
-    A prefork worker imports this package before it forks its pool, so its children inherit
-    the same pages: an increment in any child (or in the parent) is seen by all, and the
-    parent, which answers ``inspect``, reports the whole worker. No Redis on the way: an
-    increment costs a lock and a memory write.
+    A prefork worker maps them before it forks its pool, so its children inherit the same
+    pages: an increment in any child (or in the parent) is seen by all, and the parent, which
+    answers ``inspect``, reports the whole worker. No Redis on the way: an increment costs an
+    in-process lock and a memory write in the process's own row.
 
     Caveat: only *forked* processes share. A process started with the ``spawn`` or
     ``forkserver`` method (or any separate ``celery worker``) has its own counters, as does a
     ``Counters`` created after the fork. ``reset()`` resets them for every process sharing.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, rows: int = ROWS) -> None:
+        if rows <= _FIRST_OWN:
+            raise ValueError(f"Counters needs more than {_FIRST_OWN} rows, got {rows}")
+        self._rows = rows
         # Nothing is mapped until a worker (or a first count) needs it: importing the package
         # in a process that only sends tasks creates no file and no mapping.
         self._fd = -1
         self._values: memoryview | None = None
-        self._lock = threading.Lock()  # the file lock is per process: threads need their own
+        # Where this process's row starts (None: not claimed yet; -1: no row was free).
+        self._row: int | None = None
+        self._lock = threading.Lock()  # the row and the file lock are per process: threads need their own
         if hasattr(os, "register_at_fork"):
             this = weakref.ref(self)
 
-            def renew_lock() -> None:
-                # A thread of the parent may have held the lock at fork: the child's copy
-                # would stay locked forever.
+            def in_child() -> None:
+                # The child counts in a row of its own; a thread of the parent may have held
+                # the lock at fork, and the child's copy would stay locked forever.
                 counters = this()
                 if counters is not None:
                     counters._lock = threading.Lock()
+                    counters._row = None
 
-            os.register_at_fork(after_in_child=renew_lock)
+            os.register_at_fork(after_in_child=in_child)
 
     def share(self) -> memoryview:
         """Map the shared memory now, if not yet: a worker calls this before it forks its pool,
         so every child counts into the same pages."""
         with self._lock:
             if self._values is None:
-                self._fd = _anonymous_file(_SIZE)
+                size = self._rows * _WIDTH * 8
+                self._fd = _anonymous_file(size)
                 # MAP_SHARED (mmap's default): a child writes the pages its parent reads.
-                self._values = memoryview(mmap.mmap(self._fd, _SIZE)).cast("q")
+                self._values = memoryview(mmap.mmap(self._fd, size)).cast("q")
             return self._values
 
     def incr(self, name: str, by: int = 1) -> None:
         index = _INDEX.get(name)
         if index is None:
             raise KeyError(f"unknown counter {name!r}; known: {', '.join(COUNTER_NAMES)}")
-        values = self._values if self._values is not None else self.share()
-        # _exclusive() spelled out: a worker counts twice per task, and the generator-based
-        # context manager cost as much as the two lock calls.
+        row = self._row
+        if row is None:
+            row = self._claim_row()
+        values = self._values
+        assert values is not None  # mapped by _claim_row
+        if row < 0:  # every row taken: count in the shared row, under the shared lock
+            with self._exclusive():
+                values[_RETIRED * _WIDTH + 1 + index] += by
+            return
         with self._lock:
-            try:
-                _lock_file(self._fd)
-                values[index] += by
-            finally:
-                _unlock_file(self._fd)
+            values[row + 1 + index] += by
 
     def snapshot(self) -> dict[str, int]:
         with self._exclusive() as values:
-            return dict(zip(COUNTER_NAMES, values.tolist()))
+            totals = self._totals(values)
+            baseline = values[_BASELINE * _WIDTH + 1 : (_BASELINE + 1) * _WIDTH]
+            return {name: totals[i] - baseline[i] for i, name in enumerate(COUNTER_NAMES)}
 
     def reset(self) -> None:
+        # The baseline moves to the totals: no process's row is written by another, so an
+        # increment running meanwhile is never lost or resurrected.
         with self._exclusive() as values:
-            for index in range(len(COUNTER_NAMES)):
-                values[index] = 0
+            for index, total in enumerate(self._totals(values)):
+                values[_BASELINE * _WIDTH + 1 + index] = total
+
+    def _totals(self, values: memoryview) -> list[int]:
+        totals = [0] * len(COUNTER_NAMES)
+        for row in range(self._rows):
+            if row == _BASELINE:
+                continue
+            start = row * _WIDTH + 1
+            for index, value in enumerate(values[start : start + len(COUNTER_NAMES)]):
+                totals[index] += value
+        return totals
+
+    def _claim_row(self) -> int:
+        """Take a free row for this process (or one of a process that is gone, its counts
+        folded into the retired row first); -1 when every row belongs to a live process."""
+        with self._exclusive() as values:
+            if self._row is not None:  # another thread of this process claimed it meanwhile
+                return self._row
+            pid = os.getpid()
+            free = next((r for r in range(_FIRST_OWN, self._rows) if values[r * _WIDTH] == 0), None)
+            if free is None:
+                free = self._reuse_dead_row(values)
+            if free is None:
+                self._row = -1
+                return -1
+            values[free * _WIDTH] = pid
+            self._row = free * _WIDTH
+            return self._row
+
+    def _reuse_dead_row(self, values: memoryview) -> int | None:
+        found = None
+        for row in range(_FIRST_OWN, self._rows):
+            start = row * _WIDTH
+            owner = values[start]
+            if owner == os.getpid() or process_alive(owner):
+                continue
+            for index in range(1, _WIDTH):
+                values[_RETIRED * _WIDTH + index] += values[start + index]
+                values[start + index] = 0
+            values[start] = 0
+            found = row if found is None else found
+        return found
 
     @contextmanager
     def _exclusive(self) -> Iterator[memoryview]:

@@ -103,6 +103,56 @@ def test_reset_clears_the_counters_of_every_process() -> None:
     assert in_child(child) == 0
 
 
+def test_rows_of_processes_that_are_gone_are_reused_and_their_counts_kept() -> None:
+    shared = Counters(rows=4)  # two rows of processes' own: five children take turns
+    shared.share()
+
+    def child() -> None:
+        shared.incr("acquired")
+        assert shared._row is not None and shared._row >= 0  # a row of its own, not the shared one
+
+    for _ in range(5):
+        assert in_child(child) == 0  # reaped before the next starts
+    shared.incr("acquired", 10)  # the parent takes a row too
+    assert shared.snapshot()["acquired"] == 15
+
+
+def test_with_every_row_taken_by_a_live_process_a_process_still_counts() -> None:
+    shared = Counters(rows=3)  # one row of a process's own: the parent's
+    shared.share()
+    shared.incr("skipped")
+
+    def child() -> None:
+        shared.incr("skipped", 2)  # no row left for it: the shared row, under the shared lock
+        assert shared._row == -1
+
+    assert in_child(child) == 0
+    assert shared.snapshot()["skipped"] == 3
+
+
+def test_a_reset_in_one_process_leaves_later_counts_of_another_whole() -> None:
+    shared = shared_counters()
+    read, write = os.pipe()
+    go_read, go_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child: counts, waits for the reset, counts again
+        try:
+            shared.incr("released", 7)
+            os.write(write, b"x")
+            os.read(go_read, 1)
+            shared.incr("released", 2)
+        finally:
+            os._exit(0)
+    assert os.read(read, 1) == b"x"
+    shared.reset()
+    assert shared.snapshot()["released"] == 0
+    os.write(go_write, b"x")
+    os.waitpid(pid, 0)
+    assert shared.snapshot()["released"] == 2
+    for fd in (read, write, go_read, go_write):
+        os.close(fd)
+
+
 def test_unknown_counter_names_the_known_ones() -> None:
     with pytest.raises(KeyError, match="unknown counter 'aquired'; known: acquired, skipped, retried"):
         Counters().incr("aquired")
