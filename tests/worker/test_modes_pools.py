@@ -43,10 +43,18 @@ def setting(
 
 
 @contextmanager
-def workers(worker: Callable[..., Any], app: Celery, pool: str, concurrency: int) -> Iterator[None]:
-    """A worker of ``pool``: ``concurrency`` threads, or one solo process's single task at a time."""
+def workers(
+    worker: Callable[..., Any], app: Celery, pool: str, concurrency: int, gate: threading.Event | None = None
+) -> Iterator[None]:
+    """A worker of ``pool``: ``concurrency`` threads, or one solo process's single task at a time.
+    ``gate`` (what a body waits on) is opened on the way out, so a failed test does not leave a
+    body blocking the worker's shutdown."""
     with worker(app, pool=pool, concurrency=concurrency if pool == "threads" else 1):
-        yield
+        try:
+            yield
+        finally:
+            if gate is not None:
+                gate.set()
 
 
 def lock_client(app: Celery) -> redis.Redis:
@@ -102,7 +110,7 @@ def test_keep_latest_runs_the_latest_call_after_the_running_one(
         return version
 
     latest = latest_key(key_for(app, render, 1, 0))
-    with workers(worker, app, pool, concurrency=3):
+    with workers(worker, app, pool, concurrency=3, gate=gate):
         first = render.delay(1, 0)
         assert poll(lambda: ran == [0], 15)
         replaced = render.delay(1, 1)
@@ -157,7 +165,7 @@ def test_lock_until_started_refuses_while_queued_and_accepts_once_started(
     first = refresh.delay(7)
     assert refresh.delay(7).id == first.id  # queued: refused, answered with the queued call
     # One thread: the second call stays queued while the first runs.
-    with workers(worker, app, pool, concurrency=1):
+    with workers(worker, app, pool, concurrency=1, gate=gate):
         assert poll(lambda: ran == [first.id], 15)
         second = refresh.delay(7)  # the first started: one more may be queued
         assert second.id != first.id
