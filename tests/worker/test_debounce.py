@@ -16,6 +16,7 @@ import redis
 from celery import Celery
 
 from celery_redislock import DuplicateTaskError, SingletonTask
+from celery_redislock.contrib.testing import RedisServer
 
 from .conftest import (
     WorkerProcess,
@@ -33,7 +34,7 @@ TASK = """
 import time
 
 @app.task(base=SingletonTask, bind=True, name={name!r}, debounce={debounce}, debounce_max={most},
-          lock_key=["doc"])
+          lock_key=["doc"], retry_countdown=0.2)
 def index(self, doc, version):
     coord.rpush("ran:" + str(doc), f"{{version}} {{time.time()}}")
     return version
@@ -120,24 +121,6 @@ def test_debounce_max_runs_a_steady_stream_before_it_ends(
     assert last.get(timeout=15) == len(results) - 1  # and the stream's last call still runs
 
 
-def test_debounce_on_the_solo_pool(make_app: Callable[..., Celery], worker: Callable[..., Any]) -> None:
-    app = make_app()
-    ran: list[int] = []
-
-    @app.task(base=SingletonTask, shared=False, name="debounce.solo", debounce=0.5, lock_key=["doc"])
-    def index(doc: int, version: int) -> int:
-        ran.append(version)
-        return version
-
-    with worker(app, pool="solo", concurrency=1):
-        calls = [index.delay(1, v) for v in range(5)]
-        assert calls[-1].get(timeout=15) == 4
-        for call in calls[:-1]:
-            with pytest.raises(DuplicateTaskError, match="@debounced"):
-                call.get(timeout=15)
-    assert ran == [4]
-
-
 @pytest.mark.parametrize(
     ("options", "name", "other"),
     [
@@ -186,3 +169,37 @@ def test_a_child_killed_mid_run_leaves_nothing_stuck(
     assert held.delay(5, 99).get(timeout=15) == "done hold"
     assert coord.lrange("ran:hold", 0, -1)[-1] == b"99"
     assert coord.llen("ran:hold") == 2  # the burst's one run (killed), then the new call's
+
+
+def test_a_redis_restart_loses_no_call_and_debounces_again(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    lock_server: RedisServer,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    own = {**urls, "locks": lock_server.url}
+    proc = start(worker_process, own, f"debounce-{uuid.uuid4().hex[:8]}@test", 1.5, None)
+    task = sender(make_app(redislock_url=lock_server.url), 1.5)
+    burst = [task.delay(6, v) for v in range(3)]  # recorded, due in 1.5 s
+    lock_server.stop()  # the record of the burst is lost with it
+    assert coord.llen("ran:6") == 0
+    late = task.delay(6, 3)  # cannot be recorded: sent with the full delay
+    assert f"Sending {NAME}[{late.id}] undebounced" in caplog.text
+    calls = [*burst, late]
+    # Due while Redis is down: each follows on_redis_error="retry", none runs unchecked.
+    assert poll(lambda: all(f"Retrying {NAME}[{r.id}]" in proc.log() for r in calls), 15), proc.log()
+    assert coord.llen("ran:6") == 0
+    lock_server.start()  # empty
+    # Nobody knows which call was the burst's last: each runs, once (more runs, none lost).
+    assert [r.get(timeout=15) for r in calls] == [0, 1, 2, 3]
+    assert sorted(int(entry.split()[0]) for entry in coord.lrange("ran:6", 0, -1)) == [0, 1, 2, 3]
+    # A burst after the restart is debounced again: one run, the last call's.
+    again = [task.delay(6, v) for v in range(10, 13)]
+    assert again[-1].get(timeout=15) == 12
+    for result in again[:-1]:
+        error = result.get(timeout=15, propagate=False)
+        assert isinstance(error, DuplicateTaskError), error
+        assert error.holder_task_id == again[-1].id
+    assert coord.llen("ran:6") == 5

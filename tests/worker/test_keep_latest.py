@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -38,9 +37,11 @@ def render(self, doc, version):
 """
 
 
-def start(worker_process: Callable[..., WorkerProcess], urls: dict[str, str], node: str) -> WorkerProcess:
+def start(
+    worker_process: Callable[..., WorkerProcess], urls: dict[str, str], node: str, pool: str = "prefork"
+) -> WorkerProcess:
     source = worker_module(urls, "latest", TASK.format(name=NAME))
-    return worker_process(source, "-c", "2", "-n", node)
+    return worker_process(source, "-c", "2", "-n", node, pool=pool)
 
 
 def sender(app: Celery) -> Any:
@@ -115,33 +116,30 @@ def test_a_child_killed_mid_run_lets_the_pending_call_run(
     assert coord.lrange("ran:2", 0, -1) == [b"0", b"1"]
 
 
-def test_keep_latest_on_the_threads_pool(
-    make_app: Callable[..., Celery], locks: redis.Redis, worker: Callable[..., Any]
+def test_keep_latest_on_the_solo_pool(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
 ) -> None:
-    app = make_app()
-    gate = threading.Event()
-    ran: list[int] = []
-
-    @app.task(base=SingletonTask, shared=False, name="latest.threads", keep_latest=True, lock_key=["doc"])
-    def render(doc: int, version: int) -> int:
-        ran.append(version)
-        if version == 0:
-            assert gate.wait(30)
-        return version
-
-    with worker(app, pool="threads", concurrency=3):
-        first = render.delay(1, 0)
-        assert poll(lambda: ran == [0], 15)
-        replaced = render.delay(1, 1)
-        assert poll(lambda: latest_of(locks) == replaced.id, 15)  # it is the pending call
-        last = render.delay(1, 2)
-        with pytest.raises(DuplicateTaskError) as caught:
-            replaced.get(timeout=15)
-        assert caught.value.holder_task_id == last.id
-        gate.set()
-        assert first.get(timeout=15) == 0
-        assert last.get(timeout=15) == 2
-    assert ran == [0, 2]
+    # A solo worker runs one task at a time and reads nothing meanwhile: the calls made while
+    # one runs are seen by another worker (the threads pool and the cluster: test_modes_pools.py).
+    for n in range(2):
+        start(worker_process, urls, f"latest-solo{n}-{uuid.uuid4().hex[:8]}@test", pool="solo")
+    task = sender(make_app())
+    first = task.delay(4, 0)
+    wait_started(coord, "doc4")
+    replaced = task.delay(4, 1)
+    assert poll(lambda: latest_of(locks) == replaced.id, 15)  # it is the pending call
+    last = task.delay(4, 2)
+    error = replaced.get(timeout=15, propagate=False)
+    assert isinstance(error, DuplicateTaskError), error
+    assert error.holder_task_id == last.id
+    open_gate(coord, "doc4", times=2)
+    assert first.get(timeout=15) == "done doc4"
+    assert last.get(timeout=15) == "done doc4"
+    assert coord.lrange("ran:4", 0, -1) == [b"0", b"2"]
 
 
 @pytest.mark.parametrize(

@@ -7,11 +7,15 @@ identical call can be queued while it runs.
 
 from __future__ import annotations
 
+import os
+import signal
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
+from billiard.exceptions import WorkerLostError
 from celery import Celery
 
 from celery_redislock import LockUnavailableError, OptionError, SingletonTask
@@ -58,10 +62,10 @@ def sender(app: Celery, policy: str = "retry") -> Any:
 
 
 def start(
-    worker_process: Callable[..., WorkerProcess], urls: dict[str, str], policy: str = "retry"
+    worker_process: Callable[..., WorkerProcess], urls: dict[str, str], policy: str = "retry", *args: str
 ) -> WorkerProcess:
     source = worker_module(urls, "until", TASK.format(name=NAME, policy=policy, locks=urls["locks"]))
-    return worker_process(source, "-c", "1")
+    return worker_process(source, "-c", "1", *args)
 
 
 def test_a_second_call_is_refused_while_queued_and_accepted_once_the_first_started(
@@ -144,6 +148,76 @@ def test_redis_unreachable_at_start_follows_on_redis_error(
     assert coord.lrange("ran:" + tag, 0, -1) == [result.id.encode()]  # once
     if policy == "run":
         assert f"Running {NAME}[{result.id}] without its lock" in proc.log()
+
+
+def test_a_redis_restart_loses_no_call_and_locks_at_enqueue_again(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    lock_server: RedisServer,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    task = sender(make_app(redislock_url=lock_server.url))
+    locks = lock_server.client()
+    lock_server.stop()
+    unlocked = task.delay("r")  # Redis unreachable at send: sent without a lock, not lost
+    assert f"Sending {NAME}[{unlocked.id}] without an enqueue lock" in caplog.text
+    lock_server.start()
+    first = task.delay("r")
+    lock_server.restart()  # empty: the first call's queued lock is gone
+    # So one more is queued beside it (the window a restart without persistence opens), and
+    # that one is unique while queued again.
+    second = task.delay("r")
+    assert second.id != first.id
+    assert task.delay("r").id == second.id
+    [key] = lock_keys(locks)
+    start(worker_process, {**urls, "locks": lock_server.url})
+    open_gate(coord, "r", times=3)
+    calls = (unlocked, first, second)
+    assert [r.get(timeout=15) for r in calls] == ["done r"] * 3
+    assert coord.lrange("ran:r", 0, -1) == [r.id.encode() for r in calls]  # each once, in order
+    # The two before it left the second's queued lock alone (compare-and-delete); it freed it.
+    assert coord.lrange("locks-at-start:r", 0, -1) == [b"1", b"1", b"0"]
+    assert locks.get(key) is None
+    locks.close()
+
+
+def test_a_child_killed_mid_run_leaves_the_next_call_s_queued_lock_alone(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    node = f"until-{uuid.uuid4().hex[:8]}@test"
+    proc = start(worker_process, urls, "retry", "-n", node)
+    app = make_app()
+    task = sender(app)
+    first = task.delay("k")
+    [(pid, _)] = wait_started(coord, "k")
+    # Queued on a queue the worker does not consume yet: it stays queued while the test looks.
+    second = task.apply_async(("k",), queue="later")
+    assert second.id != first.id
+    [key] = lock_keys(locks)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(WorkerLostError):
+        first.get(timeout=15)
+    # The parent logs this after its task_failure handlers (the release of a dead child's lock) ran.
+    assert poll(lambda: "Task handler raised error: WorkerLostError" in proc.log(), 15), proc.log()
+    # It freed only what the dead child held (nothing: its body ran unlocked).
+    assert locks.get(key) == f"{second.id}@queued".encode()
+    assert task.delay("k").id == second.id  # still unique while queued
+    assert f"Released lock {key} of {NAME}[{first.id}]" not in proc.log()
+    app.control.add_consumer("later", destination=[node], reply=True, timeout=5)
+    # Three: Redis may hand one to the dead child's BLPOP before it sees its connection close.
+    open_gate(coord, "k", times=3)
+    assert second.get(timeout=15) == "done k"
+    assert lock_keys(locks) == []
+    third = task.delay("k")  # nothing stuck: the next call is queued and runs
+    assert third.id != second.id
+    assert third.get(timeout=15) == "done k"
+    assert coord.lrange("ran:k", 0, -1) == [first.id.encode(), second.id.encode(), third.id.encode()]
 
 
 def test_lock_until_started_needs_lock_on_enqueue(make_app: Callable[..., Celery]) -> None:

@@ -16,6 +16,7 @@ import redis
 from celery import Celery
 
 from celery_redislock import DuplicateTaskError, SingletonTask
+from celery_redislock.contrib.testing import RedisServer
 
 from .conftest import (
     WorkerProcess,
@@ -32,7 +33,7 @@ NAME = "throttle.report"
 
 TASK = """
 @app.task(base=SingletonTask, bind=True, name={name!r}, throttle={window}, lock_timeout={timeout},
-          lock_on={lock_on!r})
+          lock_on={lock_on!r}, retry_countdown=0.2)
 def report(self, tag):
     coord.rpush("ran:" + tag, self.request.id)
     return hold(self, tag)
@@ -172,23 +173,6 @@ def test_lock_on_enqueue_refuses_at_send_with_the_run_s_result(
     assert second.get(timeout=15) == "done d"
 
 
-def test_throttle_on_the_threads_pool(
-    make_app: Callable[..., Celery], locks: redis.Redis, worker: Callable[..., Any]
-) -> None:
-    app = make_app()
-
-    @app.task(base=SingletonTask, shared=False, name="throttle.threads", throttle=30)
-    def ping(n: int) -> int:
-        return n
-
-    with worker(app, pool="threads", concurrency=2):
-        assert ping.delay(1).get(timeout=15) == 1
-        # Finished, yet the window of 30 s refuses the next call.
-        with pytest.raises(DuplicateTaskError, match="@throttled"):
-            ping.delay(1).get(timeout=15)
-        assert ping.delay(2).get(timeout=15) == 2  # another key
-
-
 @pytest.mark.parametrize(
     ("options", "other"),
     [
@@ -201,3 +185,36 @@ def test_throttle_clashes_are_refused_at_registration(
 ) -> None:
     error = registration_error(make_app(), "throttle.bad", **options)
     assert "option 'throttle'" in str(error) and other in str(error)
+
+
+def test_a_redis_restart_loses_no_call_and_keeps_the_window(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    lock_server: RedisServer,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    # lock_timeout 0.6: renewed every 0.2 s, so a run takes its key back that soon after a restart.
+    proc = start(worker_process, {**urls, "locks": lock_server.url}, window=30, timeout=0.6)
+    task = sender(make_app(redislock_url=lock_server.url), 30)
+    locks = lock_server.client()
+    lock_server.stop()
+    first = task.delay("r")  # its worker cannot reach Redis: on_redis_error="retry"
+    assert poll(lambda: f"Retrying {NAME}[{first.id}]" in proc.log(), 15), proc.log()
+    assert coord.llen("ran:r") == 0  # not run unlocked
+    lock_server.start()
+    wait_started(coord, "r")  # the retry runs it
+    [key] = lock_keys(locks)
+    holder = locks.get(key)
+    lock_server.restart()  # empty: the running call's key is gone
+    # Its renewal takes the key back (before that, a restart without persistence lets a second
+    # run start: README, "Failure semantics"); from then on the key is the run's again.
+    assert poll(lambda: locks.get(key) == holder, 5), proc.log()
+    assert first.id in skipped(task.delay("r")).holder
+    open_gate(coord, "r", times=1)
+    assert first.get(timeout=15) == "done r"
+    # The window outlives the restart and the run: the next call is still a duplicate.
+    assert locks.get(key) == f"{first.id}@throttled".encode()
+    assert skipped(task.delay("r")).holder == f"{first.id}@throttled"
+    assert coord.lrange("ran:r", 0, -1) == [first.id.encode()]
+    locks.close()
