@@ -1,8 +1,10 @@
 """``keep_latest=True``: at most one running and one pending call per key.
 
-Every call records itself as the key's latest (``{lock key}:latest``, its task id) and takes the
-lock if it is free, in one script (``keep_latest.lua``). A call that finds the lock held is the
-pending one: it is re-queued (same task id, like a retry) and checks again every
+Every call records itself as the key's latest (``{lock key}:latest``, its task id): when it is
+sent (``send``), so that calls queued while every worker process is busy replace each other
+too; or, for a message sent otherwise (``send_task``, a producer without this package), when a
+worker takes it. At execution a call takes the lock if it is free and it is still the latest,
+in one script (``keep_latest.lua``). A call that finds the lock held is the pending one: it is re-queued (same task id, like a retry) and checks again every
 ``PENDING_POLL`` seconds; it runs once the lock is free, unless a later call has become the
 latest meanwhile: then it ends as a skipped duplicate naming that call (``{task id}@latest``),
 its result stored, so its caller is answered. Only the latest call can ever take the lock after
@@ -14,28 +16,105 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import redis
 from celery import Task
 from celery.exceptions import Ignore
+from celery.utils import uuid
 
+from . import enqueue
 from .acquisition import Execution, Outcome, Refused, freed_dead_delivery, hold
 from .core import Lease
-from .core.modes import LatestReply
+from .core.modes import LatestReply, latest_key
+from .enqueue import Publish
 from .holders import any_delivery_prefix, latest_id, task_id_of
+from .keys import KEY_HEADER
+from .options import LockOptions
 from .outcomes import broker_wait_policy
+from .runtime import app_layers_ask, runtime_for
 from .stats import counters
+from .urls import mask_url
 
-__all__ = ["PENDING_HEADER", "PENDING_POLL", "acquire_latest"]
+if TYPE_CHECKING:
+    from .task import SingletonTask
+
+__all__ = ["PENDING_HEADER", "PENDING_POLL", "acquire_latest", "may_keep_latest", "send"]
 
 logger = logging.getLogger("celery_redislock.task")
 
-#: The message header (a request attribute in the worker) marking a re-queued pending call:
-#: it only checks whether it is still the latest, where a new call makes itself the latest.
+#: The message header (a request attribute in the worker) marking a call recorded as the latest
+#: already (when sent, or a re-queued pending call): it only checks whether it is still the
+#: latest, where a call never recorded makes itself the latest.
 PENDING_HEADER = "redislock_pending"
 #: Seconds between two checks of a pending call (how long after the running call ends, at most,
 #: the pending one starts, if a worker process is free).
 PENDING_POLL = 1.0
+
+
+def may_keep_latest(task: SingletonTask) -> bool:
+    """False when no layer can give ``task`` keep_latest (the resolved plan decides the rest)."""
+    if task.keep_latest is not None:
+        return bool(task.keep_latest)
+    return app_layers_ask(task.app, "keep_latest", bool)
+
+
+def send(
+    task: SingletonTask,
+    publish: Publish,
+    args: Any,
+    kwargs: Any,
+    task_id: str | None,
+    options: dict[str, Any],
+) -> Any:
+    """``apply_async`` of a task that may keep the latest: a new call is recorded as its key's
+    latest before it is published, so a call sent earlier and still queued is replaced by it even
+    when no worker process is free to take either (one solo worker, ``-c 1`` busy). A message
+    whose task id is given (a retry, a re-queued copy) is published as it is."""
+    queue = options.get("queue")
+    queue_name = getattr(queue, "name", queue)
+    runtime = runtime_for(task.app)
+    plan = runtime.plan(task, queue_name if isinstance(queue_name, str) else None)
+    if not plan.options.keep_latest:  # another queue's task
+        return enqueue.send(task, publish, args, kwargs, task_id, options)
+    if task_id is not None:
+        return publish(args, kwargs, task_id, **options)
+    headers = {**(options.pop("headers", None) or {})}
+    key = headers.get(KEY_HEADER) or plan.key(task, tuple(args or ()), dict(kwargs or {}))
+    headers[KEY_HEADER] = key
+    task_id = uuid()
+    try:
+        # Before the publish: a worker may take the message at once, and must find it latest.
+        runtime.engine.client.set(latest_key(key), task_id, px=latest_ttl(plan.options))
+        headers[PENDING_HEADER] = "1"
+    except redis.RedisError as exc:
+        # Not recorded: its worker records it when it takes it (it replaces fewer calls queued
+        # meanwhile, but loses none).
+        counters.incr("redis_errors")
+        logger.warning(
+            "Sending %s[%s] unrecorded as the latest: Redis at %s is unreachable (%r)",
+            task.name,
+            task_id,
+            mask_url(runtime.settings.url),
+            exc,
+        )
+        return publish(args, kwargs, task_id, headers=headers, **options)
+    try:
+        return publish(args, kwargs, task_id, headers=headers, **options)
+    except BaseException:
+        # Never sent: a call that names it as the latest would be replaced by nothing. Forget it
+        # (if still the latest), so the calls queued before it run.
+        try:
+            runtime.engine.release(latest_key(key), task_id)
+        except redis.RedisError:
+            logger.warning("Could not forget %s as the latest of %s; it expires on its TTL", task_id, key)
+        raise
+
+
+def latest_ttl(options: LockOptions) -> int:
+    """Milliseconds the latest key lives: longer than a pending call may wait in the queue that
+    queued_timeout allows, and than a run."""
+    return max(options.queued_timeout_ms, options.timeout_ms)
 
 
 def acquire_latest(task: Task[Any, Any], execution: Execution) -> Outcome:
@@ -64,14 +143,12 @@ def acquire_latest(task: Task[Any, Any], execution: Execution) -> Outcome:
 
 def _step(execution: Execution, recheck: bool) -> LatestReply:
     options = execution.options
-    # The latest key outlives any wait of a pending call in the queue that queued_timeout allows.
-    latest_ttl = max(options.queued_timeout_ms, options.timeout_ms)
     return execution.runtime.modes.keep_latest(
         execution.key,
         execution.holder,
         options.timeout_ms,
         execution.task_id,
-        latest_ttl,
+        latest_ttl(options),
         recheck=recheck,
         deliveries=any_delivery_prefix(execution.task_id),
     )

@@ -9,7 +9,7 @@ import redis
 from celery import Celery, Task
 from celery.exceptions import Ignore, Retry
 
-from . import debounce, enqueue, outcomes
+from . import debounce, enqueue, latest, outcomes
 from .acquisition import Execution, Holding, Refused, acquire, release_queued
 from .errors import DuplicateTaskError
 from .holders import handover_id, queued_id, task_id_of
@@ -200,6 +200,8 @@ class SingletonTask(Task[Any, Any]):
             return super().apply_async(args, kwargs, task_id, *rest, **options)
         if debounce.may_debounce(self):
             return debounce.send(self, super().apply_async, args, kwargs, task_id, options)
+        if latest.may_keep_latest(self):
+            return latest.send(self, super().apply_async, args, kwargs, task_id, options)
         if not enqueue.may_lock_at_enqueue(self):
             # Most tasks lock at execution: sending them needs no lock settings, no Redis.
             return super().apply_async(args, kwargs, task_id, *rest, **options)
