@@ -137,13 +137,17 @@ class Runtime:
             with self._mutex:
                 self._plans[cache_key] = plan
                 if task.name not in self._waited_on:
-                    layers = (None, *self.settings.queues)
-                    self._waited_on[task.name] = any(
-                        self.settings.options_for(task.name, task_options(type(task)), queue).on_duplicate
-                        == "wait"
-                        for queue in layers
-                    )
+                    self._waited_on[task.name] = self._may_wait(task)
         return plan
+
+    def _may_wait(self, task: Any) -> bool:
+        # The values as given, not resolved: a queue layer that clashes with the task's options
+        # is an error only where the task is consumed from that queue, never here.
+        own = getattr(type(task), "on_duplicate", None)
+        if own is not None:
+            return bool(own == "wait")
+        layers = [self.settings.options, *self.settings.queues.values()]
+        return any(layer.get("on_duplicate") == "wait" for layer in layers)
 
     def waited_on(self, task_name: str) -> bool:
         """Whether an execution of ``task_name`` may wait for its key: ``on_duplicate="wait"``

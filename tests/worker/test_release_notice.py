@@ -12,7 +12,9 @@ import redis
 from celery import Celery
 
 from celery_redislock import SingletonTask
-from celery_redislock.contrib.testing import RedisServer
+from celery_redislock.contrib.testing import RedisServer, poll
+from celery_redislock.keys import release_channel
+from celery_redislock.runtime import runtime_for
 from celery_redislock.stats import counters
 
 
@@ -76,6 +78,12 @@ def test_a_waiter_from_a_wait_queue_runs_after_a_holder_from_a_skip_queue(
         first = rebuild.delay("first")
         assert started.wait(20)
         waiter = rebuild.apply_async(("second",), queue="slow")
+        # Open the gate only once the waiter listens for the release notice.
+        channel = release_channel(
+            runtime_for(app).plan(app.tasks[rebuild.name], None).key(rebuild, ("x",), {})
+        )
+        with lock_server.client() as client:
+            assert poll(lambda: dict(client.pubsub_numsub(channel)).get(channel.encode(), 0) > 0, 20)
         gate.set()
         assert (first.get(timeout=20), waiter.get(timeout=40)) == ("first", "second")
     assert counters.snapshot()["waited"] == waited + 1  # it waited, and was told of the release
