@@ -32,7 +32,7 @@ from .holders import any_delivery_prefix, latest_id, task_id_of
 from .keys import KEY_HEADER
 from .options import LockOptions
 from .outcomes import broker_wait_policy
-from .runtime import app_layers_ask, runtime_for
+from .runtime import Runtime, app_layers_ask, runtime_for
 from .stats import counters
 from .urls import mask_url
 
@@ -83,13 +83,30 @@ def send(
     key = headers.get(KEY_HEADER) or plan.key(task, tuple(args or ()), dict(kwargs or {}))
     headers[KEY_HEADER] = key
     task_id = uuid()
-    try:
-        # Before the publish: a worker may take the message at once, and must find it latest.
-        runtime.engine.client.set(latest_key(key), task_id, px=latest_ttl(plan.options))
+    recorded = _record(task, runtime, key, task_id, latest_ttl(plan.options))
+    if recorded:
         headers[PENDING_HEADER] = "1"
+    try:
+        return publish(args, kwargs, task_id, headers=headers, **options)
+    except BaseException:
+        if recorded:
+            # Never sent: a call that names it as the latest would be replaced by nothing.
+            # Forget it (if still the latest), so the calls queued before it run.
+            try:
+                runtime.engine.release(latest_key(key), task_id)
+            except redis.RedisError:
+                logger.warning("Could not forget %s as the latest of %s; it expires on its TTL", task_id, key)
+        raise
+
+
+def _record(task: SingletonTask, runtime: Runtime, key: str, task_id: str, ttl_ms: int) -> bool:
+    """Record ``task_id`` as ``key``'s latest call, before its publish (a worker may take the
+    message at once, and must find it the latest); False when Redis is unreachable: its worker
+    records it when it takes it (it replaces fewer calls queued meanwhile, but loses none)."""
+    try:
+        runtime.engine.client.set(latest_key(key), task_id, px=ttl_ms)
+        return True
     except redis.RedisError as exc:
-        # Not recorded: its worker records it when it takes it (it replaces fewer calls queued
-        # meanwhile, but loses none).
         counters.incr("redis_errors")
         logger.warning(
             "Sending %s[%s] unrecorded as the latest: Redis at %s is unreachable (%r)",
@@ -98,17 +115,7 @@ def send(
             mask_url(runtime.settings.url),
             exc,
         )
-        return publish(args, kwargs, task_id, headers=headers, **options)
-    try:
-        return publish(args, kwargs, task_id, headers=headers, **options)
-    except BaseException:
-        # Never sent: a call that names it as the latest would be replaced by nothing. Forget it
-        # (if still the latest), so the calls queued before it run.
-        try:
-            runtime.engine.release(latest_key(key), task_id)
-        except redis.RedisError:
-            logger.warning("Could not forget %s as the latest of %s; it expires on its TTL", task_id, key)
-        raise
+        return False
 
 
 def latest_ttl(options: LockOptions) -> int:

@@ -3,6 +3,7 @@ real prefork workers and a real redis-server."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import uuid
@@ -19,6 +20,7 @@ from celery_redislock import DuplicateTaskError, SingletonTask
 from celery_redislock.contrib.testing import RedisServer
 from celery_redislock.core.modes import latest_key
 from celery_redislock.runtime import runtime_for
+from celery_redislock.stats import counters
 
 from .conftest import (
     WorkerProcess,
@@ -214,3 +216,22 @@ def test_a_call_that_could_not_be_published_is_not_left_as_the_latest(
     with pytest.raises(OperationalError):
         render.apply_async((7, 1), retry=False)
     assert locks.get(latest_key(key)) is None  # forgotten: the earlier call runs when taken
+
+
+def test_with_the_lock_redis_down_a_call_is_sent_unrecorded_and_nothing_is_lost(
+    make_app: Callable[..., Celery], urls: dict[str, str], lock_server: RedisServer
+) -> None:
+    app = make_app(redislock_url=lock_server.url, task_default_queue="latest-down")
+
+    @app.task(base=SingletonTask, shared=False, name="latest.down", keep_latest=True, lock_key=["doc"])
+    def render(doc: int, version: int) -> None: ...
+
+    lock_server.stop()
+    errors = counters.snapshot()["redis_errors"]
+    result = render.delay(7, 1)  # published all the same: its worker records it when taken
+    assert counters.snapshot()["redis_errors"] == errors + 1
+    with redis.Redis.from_url(urls["broker"]) as broker:
+        messages = [json.loads(m) for m in broker.lrange("latest-down", 0, -1)]
+        broker.delete("latest-down")
+    assert [m["headers"]["id"] for m in messages] == [result.id]
+    assert "redislock_pending" not in messages[0]["headers"]  # not recorded: the worker records it
