@@ -25,9 +25,8 @@ from .enqueue import Publish, seconds_until
 from .errors import DuplicateTaskError
 from .events import send_duplicate
 from .holders import debounced_id
-from .keys import KEY_HEADER
 from .outcomes import skip
-from .runtime import app_layers_ask, runtime_for
+from .runtime import app_layers_ask
 from .stats import counters
 from .urls import mask_url
 
@@ -57,18 +56,13 @@ def send(
     """``apply_async`` of a task that may be debounced: a new call is recorded as its key's latest
     and published with the burst's delay. A message whose task id is given (a retry, a re-queued
     copy) is published as it is: it was debounced when first sent."""
-    queue = options.get("queue")
-    queue_name = getattr(queue, "name", queue)
-    runtime = runtime_for(task.app)
-    plan = runtime.plan(task, queue_name if isinstance(queue_name, str) else None)
+    runtime, plan = enqueue.send_plan(task, options)
     settings = plan.options
     if settings.debounce is None:  # another queue's task, or one that locks at enqueue
         return enqueue.send(task, publish, args, kwargs, task_id, options)
     if task_id is not None:
         return publish(args, kwargs, task_id, **options)
-    headers = {**(options.pop("headers", None) or {})}
-    key = headers.get(KEY_HEADER) or plan.key(task, tuple(args or ()), dict(kwargs or {}))
-    headers[KEY_HEADER] = key
+    key, headers = enqueue.keyed_headers(task, plan, args, kwargs, options)
     task_id = uuid()
     asked = seconds_until(options.pop("countdown", None), options.pop("eta", None), task.app.timezone)
     ttl_ms = settings.queued_timeout_ms + settings.debounce_ms + settings.debounce_max_ms

@@ -4,6 +4,7 @@ is published, and carried to its worker in the message's ``redislock_key`` heade
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime, timezone, tzinfo
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -14,14 +15,14 @@ from .errors import LockUnavailableError
 from .events import send_duplicate
 from .holders import queued_id, task_id_of
 from .keys import KEY_HEADER
-from .runtime import app_layers_ask, runtime_for
+from .runtime import Plan, Runtime, app_layers_ask, runtime_for
 from .stats import counters
 from .urls import mask_url
 
 if TYPE_CHECKING:
     from .task import SingletonTask
 
-__all__ = ["may_lock_at_enqueue", "seconds_until", "send"]
+__all__ = ["keyed_headers", "may_lock_at_enqueue", "seconds_until", "send", "send_plan"]
 
 logger = logging.getLogger("celery_redislock.task")
 
@@ -52,17 +53,10 @@ def send(
     canvas member, a caller's own id) is already promised to someone waiting on that id: it is
     always published, with the lock if free, else unlocked, and its worker deals with the
     duplicate."""
-    queue = options.get("queue")
-    queue_name = getattr(queue, "name", queue)
-    runtime = runtime_for(task.app)
-    plan = runtime.plan(task, queue_name if isinstance(queue_name, str) else None)
+    runtime, plan = send_plan(task, options)
     if plan.options.lock_on != "enqueue":
         return publish(args, kwargs, task_id, **options)
-    # A re-published message keeps the key it was locked under (JSON may have changed its
-    # arguments' types since); a new one is keyed here, and carries the key to its worker.
-    headers = {**(options.pop("headers", None) or {})}
-    key = headers.get(KEY_HEADER) or plan.key(task, tuple(args or ()), dict(kwargs or {}))
-    headers[KEY_HEADER] = key
+    key, headers = keyed_headers(task, plan, args, kwargs, options)
     new_call = task_id is None
     task_id = task_id or uuid()
     queued = queued_id(task_id)
@@ -107,6 +101,28 @@ def send(
         if result.acquired:  # nothing was sent: nobody will take the lock over
             runtime.engine.release(key, queued)
         raise
+
+
+def send_plan(task: SingletonTask, options: Mapping[str, Any]) -> tuple[Runtime, Plan]:
+    """The app's runtime and the task's plan for the queue a send is routed to (``queue`` in the
+    send's options, a name or a kombu Queue; without one, no queue layer)."""
+    queue = options.get("queue")
+    queue_name = getattr(queue, "name", queue)
+    runtime = runtime_for(task.app)
+    return runtime, runtime.plan(task, queue_name if isinstance(queue_name, str) else None)
+
+
+def keyed_headers(
+    task: SingletonTask, plan: Plan, args: Any, kwargs: Any, options: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """The lock key of a send and its message headers (taken out of ``options``) carrying it.
+
+    A re-published message keeps the key it was locked under (JSON may have changed its
+    arguments' types since); a new one is keyed here, and carries the key to its worker."""
+    headers = {**(options.pop("headers", None) or {})}
+    key = headers.get(KEY_HEADER) or plan.key(task, tuple(args or ()), dict(kwargs or {}))
+    headers[KEY_HEADER] = key
+    return key, headers
 
 
 def seconds_until(countdown: float | None, eta: datetime | str | None, tz: tzinfo) -> float:

@@ -29,10 +29,9 @@ from .core import Lease
 from .core.modes import LatestReply, latest_key
 from .enqueue import Publish
 from .holders import any_delivery_prefix, latest_id, task_id_of
-from .keys import KEY_HEADER
 from .options import LockOptions
 from .outcomes import broker_wait_policy
-from .runtime import Runtime, app_layers_ask, runtime_for
+from .runtime import Runtime, app_layers_ask
 from .stats import counters
 from .urls import mask_url
 
@@ -71,17 +70,12 @@ def send(
     latest before it is published, so a call sent earlier and still queued is replaced by it even
     when no worker process is free to take either (one solo worker, ``-c 1`` busy). A message
     whose task id is given (a retry, a re-queued copy) is published as it is."""
-    queue = options.get("queue")
-    queue_name = getattr(queue, "name", queue)
-    runtime = runtime_for(task.app)
-    plan = runtime.plan(task, queue_name if isinstance(queue_name, str) else None)
+    runtime, plan = enqueue.send_plan(task, options)
     if not plan.options.keep_latest:  # another queue's task
         return enqueue.send(task, publish, args, kwargs, task_id, options)
     if task_id is not None:
         return publish(args, kwargs, task_id, **options)
-    headers = {**(options.pop("headers", None) or {})}
-    key = headers.get(KEY_HEADER) or plan.key(task, tuple(args or ()), dict(kwargs or {}))
-    headers[KEY_HEADER] = key
+    key, headers = enqueue.keyed_headers(task, plan, args, kwargs, options)
     task_id = uuid()
     recorded = _record(task, runtime, key, task_id, latest_ttl(plan.options))
     if recorded:
