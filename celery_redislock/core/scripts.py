@@ -20,6 +20,7 @@ from .leases import Client, Lease, RenewReport, as_text
 __all__ = [
     "ACQUIRE",
     "RELEASE",
+    "RELEASE_EXACT",
     "RENEW",
     "RENEW_CHUNK",
     "SEM_ACQUIRE",
@@ -45,6 +46,7 @@ def load_script(name: str) -> str:
 # Read once per process; each engine registers them on its client (EVALSHA, NOSCRIPT fallback).
 ACQUIRE = load_script("acquire.lua")
 RELEASE = load_script("release.lua")
+RELEASE_EXACT = load_script("release_exact.lua")
 RENEW = load_script("renew.lua")
 TRANSFER = load_script("transfer.lua")
 SEM_ACQUIRE = load_script("sem_acquire.lua")

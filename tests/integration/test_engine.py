@@ -94,6 +94,7 @@ def test_handover_lets_the_named_successor_take_over(
 def test_release_by_a_non_holder_deletes_nothing(engine: LockEngine, redislock_redis: redis.Redis) -> None:
     engine.acquire("lock:c", "owner", 10_000)
     assert engine.release("lock:c", "intruder") is False
+    assert engine.release("lock:c", "own") is False  # a prefix of the holder id is not it
     assert redislock_redis.get("lock:c") == b"owner"
     assert engine.release("lock:c", "owner") is True
     assert redislock_redis.exists("lock:c") == 0
