@@ -6,6 +6,7 @@ import gc
 import os
 import platform
 import random
+import socket
 import statistics
 import subprocess
 import sys
@@ -72,6 +73,8 @@ class Results:
     floor: dict[str, float] = field(default_factory=dict)
     #: scenario 1 (+2's commandstats): variant -> figures
     uncontended: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: scenario 1b: variant -> figures of a queue drained by the worker alone
+    backlog: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: scenario 2: variant -> top-level commands (round trips) and all commands per task
     trips: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: scenario 3: variant -> figures (medians; overlaps: the largest seen)
@@ -136,6 +139,7 @@ class Bench:
         self.locks = RedisServer(executable, workdir=str(workdir))  # every lock implementation, alone
         self.worker: WorkerProcess | None = None
         self.app: Celery | None = None
+        self.node = ""  # the worker's node name, for the remote control of its consumer
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -162,6 +166,7 @@ class Bench:
             ],
         )
         self.worker.wait_ready(timeout=60)
+        self.node = f"bench{self.main.port}@{socket.gethostname()}"
         # Whose CPU time is counted per task, besides the driver's own (time.process_time).
         self.processes = {
             "worker_parent": [self.worker.pid],
@@ -332,6 +337,7 @@ class Bench:
                 # Paired: each repeat's rate over plain's in that same repeat, so that a slow
                 # stretch of the machine hits both sides of every ratio.
                 "ratio": _paired_ratio(rates[variant], rates.get("plain")),
+                "ratio_quartiles": _paired_quartiles(rates[variant], rates.get("plain")),
                 "cpu_ratio": _paired_ratio(
                     [1 / row["all"] for row in cpu[variant]], [1 / row["all"] for row in cpu.get("plain", [])]
                 ),
@@ -349,6 +355,92 @@ class Bench:
                 "commands": {name: calls / total for name, calls in sorted(commands[variant].items())},
             }
         return out
+
+    # -- scenario 1b: a backlog drained ------------------------------------------------------
+
+    def backlog(self) -> dict[str, dict[str, Any]]:
+        """The worker's own throughput: ``n`` calls queued while it consumes nothing, then the
+        time it takes to run them all, with the sender idle. Scenario 1's tasks/s also depends
+        on how the sender and the worker share the 2 cores (a sender slowed by a lock taken in
+        ``apply_async`` leaves the worker more of them); here nobody else runs. A lock taken
+        at send (the peers', ``lock_on="enqueue"``) is taken while the queue fills, untimed:
+        the worker pays only what it does itself."""
+        config = self.config
+        rates: dict[str, list[float]] = {v: [] for v in self.variants}
+        cpu: dict[str, list[dict[str, float]]] = {v: [] for v in self.variants}
+        server_us: dict[str, list[float]] = {v: [] for v in self.variants}
+        counter = 2 * 10**9  # arguments no other scenario uses
+        for repeat in range(config.repeats + 1):  # repeat 0 warms up
+            for variant in self.order(repeat):
+                calls = [(counter + i,) for i in range(config.n)]
+                counter += config.n
+                self._consume(False)
+                task = self.task(variant, "noop")
+                results = [task.apply_async(args) for args in calls]
+                gc.collect()
+                self._server_usec()
+                cpu_before = self._cpu()
+                start = time.perf_counter()
+                self._consume(True)
+                self._wait_stored([r.id for r in results])
+                seconds = time.perf_counter() - start
+                cpu_after = self._cpu()
+                server = self._server_usec()
+                values = [r.get(timeout=60, propagate=False) for r in results]  # untimed
+                if values != [c[0] for c in calls]:
+                    raise RuntimeError(f"{variant}: a queued task did not run")
+                if repeat:
+                    rates[variant].append(config.n / seconds)
+                    used = {k: (cpu_after[k] - cpu_before[k]) / config.n * 1e6 for k in cpu_after}
+                    cpu[variant].append({**used, "all": sum(used.values())})
+                    server_us[variant].append(server / config.n)
+        out = {}
+        for variant in self.variants:
+            out[variant] = {
+                "tasks_per_s": statistics.median(rates[variant]),
+                "runs": rates[variant],
+                "ratio": _paired_ratio(rates[variant], rates.get("plain")),
+                "ratio_quartiles": _paired_quartiles(rates[variant], rates.get("plain")),
+                "cpu_ratio": _paired_ratio(
+                    [1 / row["all"] for row in cpu[variant]], [1 / row["all"] for row in cpu.get("plain", [])]
+                ),
+                "cpu_us_per_task": {
+                    k: statistics.median(row[k] for row in cpu[variant]) for k in cpu[variant][0]
+                },
+                "server_us_per_task": statistics.median(server_us[variant]),
+            }
+        return out
+
+    def _consume(self, on: bool) -> None:
+        """Make the worker consume the bench queue, or stop (it replies once it has)."""
+        assert self.app is not None
+        control = self.app.control
+        change = control.add_consumer if on else control.cancel_consumer
+        replies = change("bench", destination=[self.node], reply=True, timeout=10)
+        if not replies:
+            raise RuntimeError(f"the worker {self.node} did not answer {change.__name__}")
+
+    def _wait_stored(self, task_ids: Sequence[str], timeout: float = 300) -> None:
+        """Poll (every 2 ms, a few cheap commands) until every task's result is stored: the
+        queue's length until it is empty, then the results of the last tasks still running.
+        Not result.get(): the driver would compete for the CPU, reading each result as it
+        comes."""
+        assert self.app is not None
+        backend: Any = self.app.backend  # a RedisBackend (make_app): its keys and its client
+        broker = redis.Redis.from_url(self.app.conf.broker_url)
+        pending = [backend.get_key_for_task(task_id) for task_id in task_ids]
+        deadline = time.monotonic() + timeout
+        try:
+            while pending:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{len(pending)} queued tasks not done after {timeout}s")
+                if not broker.llen("bench"):
+                    stored = backend.client.mget(pending)
+                    pending = [key for key, value in zip(pending, stored) if value is None]
+                if pending:
+                    time.sleep(0.002)
+        finally:
+            broker.close()
 
     # -- scenario 2: round trips --------------------------------------------------------------
 
@@ -482,6 +574,15 @@ def _paired_ratio(values: Sequence[float], plain: Sequence[float] | None) -> flo
     return statistics.median(value / base for value, base in zip(values, plain))
 
 
+def _paired_quartiles(values: Sequence[float], plain: Sequence[float] | None) -> tuple[float, float]:
+    """The first and third quartiles of ``values[i] / plain[i]``: how far apart the repeats
+    were (NaN without a plain run, or with fewer than 2 repeats)."""
+    if not plain or len(values) < 2:
+        return float("nan"), float("nan")
+    quartiles = statistics.quantiles([value / base for value, base in zip(values, plain)], n=4)
+    return quartiles[0], quartiles[2]
+
+
 def _pid(server: RedisServer) -> int:
     assert server.process is not None, "the server is not running"
     return server.process.pid
@@ -552,6 +653,10 @@ def run(config: Config, progress: Any = None) -> Results:
             results.floor = bench.floor()
             say(f"1. uncontended throughput: {config.n} tasks x {config.repeats} (+1 warm-up) per variant")
             results.uncontended = bench.uncontended()
+            say(
+                f"1b. a backlog of {config.n} tasks drained by the worker alone x {config.repeats} (+1 warm-up)"
+            )
+            results.backlog = bench.backlog()
             say(f"2. round trips per task (MONITOR, {config.trips_n} tasks per variant)")
             results.trips = bench.trips()
             say(f"3. duplicate-heavy: {config.dup_n} tasks over 10 arguments x {config.dup_repeats}")

@@ -28,6 +28,13 @@ def _breakdown(counts: dict[str, float]) -> str:
     return ", ".join(f"{name} {_fmt(n, 2).rstrip('0').rstrip('.')}" for name, n in counts.items()) or "-"
 
 
+def _ratio(row: dict[str, Any]) -> str:
+    """The median paired ratio, and its quartiles when there are some."""
+    low, high = row.get("ratio_quartiles") or (float("nan"), float("nan"))
+    spread = "" if low != low else f" ({_fmt(low)}-{_fmt(high)})"  # NaN: fewer than 2 repeats
+    return f"{_fmt(row['ratio'])}x{spread}"
+
+
 def markdown(results: dict[str, Any], command: str) -> str:
     """The whole report: machine, the four tables, and what was not measured."""
     config, floor = results["config"], results["floor"]
@@ -58,8 +65,9 @@ def markdown(results: dict[str, Any], command: str) -> str:
         "commands), per task.",
         "",
         "vs plain: the median over repeats of tasks/s divided by plain's tasks/s in the same "
-        "repeat; by CPU: plain's CPU per task divided by the variant's (the throughput ratio a "
-        "machine with no spare CPU would see).",
+        "repeat, and in brackets the quartiles of those ratios (half the repeats fell between "
+        "them: how far one run can be trusted); by CPU: plain's CPU per task divided by the "
+        "variant's (the throughput ratio a machine with no spare CPU would see).",
         "",
         "| variant | tasks/s | vs plain | vs plain, by CPU | CPU µs/task: pool children | worker parent "
         "| lock Redis | all | lock Redis server µs/task | round trips/task | commands/task "
@@ -70,7 +78,7 @@ def markdown(results: dict[str, Any], command: str) -> str:
         trips = results["trips"].get(variant, {})
         cpu = row["cpu_us_per_task"]
         lines.append(
-            f"| {LABELS.get(variant, variant)} | {_fmt(row['tasks_per_s'], 0)} | {_fmt(row['ratio'])}x "
+            f"| {LABELS.get(variant, variant)} | {_fmt(row['tasks_per_s'], 0)} | {_ratio(row)} "
             f"| {_fmt(row['cpu_ratio'])}x "
             f"| {_fmt(cpu['worker_children'], 0)} | {_fmt(cpu['worker_parent'], 0)} "
             f"| {_fmt(cpu['lock_redis'], 0)} | {_fmt(cpu['all'], 0)} | {_fmt(row['server_us_per_task'], 1)} "
@@ -78,6 +86,31 @@ def markdown(results: dict[str, Any], command: str) -> str:
             f"| {_fmt(row['commands_per_task'])} | {_breakdown(trips.get('round_trips', {}))} "
             f"| {_breakdown(trips.get('in_scripts', {}))} |"
         )
+    backlog = results.get("backlog") or {}
+    if backlog:
+        lines += [
+            "",
+            f"## A backlog drained: {config['n']} tasks queued, then run by the worker alone",
+            "",
+            "The worker's own throughput: the calls are queued while the worker consumes "
+            'nothing (a lock taken at send, the peers\' and `lock_on="enqueue"`, is taken '
+            "then, untimed), then timed from the moment it consumes again until every result "
+            "is stored, with the sender idle. Above, the sender shares the 2 cores with the "
+            "worker, and a sender slowed by a lock in `apply_async` leaves the worker more of "
+            "them; here only the worker and the two servers run.",
+            "",
+            "| variant | tasks/s | vs plain | vs plain, by CPU | CPU µs/task: pool children "
+            "| worker parent | lock Redis | all | lock Redis server µs/task |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for variant, row in backlog.items():
+            cpu = row["cpu_us_per_task"]
+            lines.append(
+                f"| {LABELS.get(variant, variant)} | {_fmt(row['tasks_per_s'], 0)} | {_ratio(row)} "
+                f"| {_fmt(row['cpu_ratio'])}x | {_fmt(cpu['worker_children'], 0)} "
+                f"| {_fmt(cpu['worker_parent'], 0)} | {_fmt(cpu['lock_redis'], 0)} | {_fmt(cpu['all'], 0)} "
+                f"| {_fmt(row['server_us_per_task'], 1)} |"
+            )
     lines += [
         "",
         f"## Duplicate-heavy: {config['dup_n']} tasks over 10 distinct arguments, body sleeps "
@@ -143,20 +176,29 @@ def chart(results: dict[str, Any], path: Path) -> bool:
         return False
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     ax = axes[0][0]
-    uncontended = results["uncontended"]
-    names = list(uncontended)
-    rates = [uncontended[n]["tasks_per_s"] for n in names]
-    bars = ax.bar(names, rates, color=["#888888" if n == "plain" else "#3070b0" for n in names])
-    for bar, name in zip(bars, names):
-        ax.annotate(
-            f"{uncontended[name]['ratio']:.2f}x\n(CPU {uncontended[name]['cpu_ratio']:.2f}x)",
-            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-            ha="center",
-            va="bottom",
-        )
-    ax.set_ylim(0, max(rates) * 1.3)  # room for the ratio labels
-    ax.set_title(f"1. Uncontended throughput ({results['config']['n']} tasks, median; ratio to plain)")
-    ax.set_ylabel("tasks/s")
+    # Throughput as a ratio to plain, per scenario, the bars' whiskers the quartiles of the
+    # repeats' ratios: how much of a difference is the machine's noise.
+    scenarios = [("sent and waited for", results["uncontended"], "#3070b0")]
+    if results.get("backlog"):
+        scenarios.append(("backlog drained", results["backlog"], "#60a050"))
+    names = list(results["uncontended"])
+    width = 0.8 / len(scenarios)
+    for index, (label, rows, color) in enumerate(scenarios):
+        xs = [i + (index - (len(scenarios) - 1) / 2) * width for i in range(len(names))]
+        ratios = [rows[n]["ratio"] for n in names]
+        quartiles = [rows[n].get("ratio_quartiles") or (r, r) for n, r in zip(names, ratios)]
+        errors = [
+            [max(0.0, r - q[0]) for r, q in zip(ratios, quartiles)],
+            [max(0.0, q[1] - r) for r, q in zip(ratios, quartiles)],
+        ]
+        ax.bar(xs, ratios, width, yerr=errors, capsize=3, label=label, color=color)
+        for x, ratio in zip(xs, ratios):
+            ax.annotate(f"{ratio:.2f}", (x, 0.02), ha="center", va="bottom", color="white", fontsize=8)
+    ax.axhline(1.0, color="#888888", linewidth=1)
+    ax.set_xticks(list(range(len(names))), names)
+    ax.set_title(f"1. Uncontended throughput vs plain ({results['config']['n']} tasks; median, quartiles)")
+    ax.set_ylabel("tasks/s, ratio to plain Celery")
+    ax.legend(loc="lower right")
 
     ax = axes[0][1]
     trips = results["trips"]

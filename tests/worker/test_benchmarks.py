@@ -20,9 +20,16 @@ def test_the_benchmark_harness_writes_its_table(tmp_path: Path) -> None:
 
     table = (tmp_path / "results.md").read_text(encoding="utf-8")
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
-    for heading in ("## Uncontended", "## Duplicate-heavy", "## Renewal at scale", "## The floor"):
+    for heading in (
+        "## Uncontended",
+        "## A backlog drained",
+        "## Duplicate-heavy",
+        "## Renewal at scale",
+        "## The floor",
+    ):
         assert heading in table
     assert "| plain Celery task |" in table
     assert "| `SingletonTask` (this package) |" in table
     assert set(results["uncontended"]) >= {"plain", "redislock"}
+    assert set(results["backlog"]) == set(results["uncontended"])
     assert set(results["renewal"]) == {"100"}
