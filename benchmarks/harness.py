@@ -45,9 +45,11 @@ class Config:
     """Sizes of one run. The defaults take a few minutes on 2 cores."""
 
     #: tasks per uncontended batch (one batch per variant per repeat)
-    n: int = 500
-    #: measured repeats; one more, first, is a warm-up and is not counted
-    repeats: int = 9
+    n: int = 300
+    #: measured repeats; one more, first, is a warm-up and is not counted. Many short batches,
+    #: interleaved, rather than a few long ones: the machine's load drifts over seconds, and
+    #: the confidence interval of a median narrows with the number of repeats.
+    repeats: int = 40
     #: tasks in the MONITOR run that counts round trips
     trips_n: int = 200
     #: tasks per duplicate-heavy batch, over 10 distinct arguments
@@ -337,7 +339,7 @@ class Bench:
                 # Paired: each repeat's rate over plain's in that same repeat, so that a slow
                 # stretch of the machine hits both sides of every ratio.
                 "ratio": _paired_ratio(rates[variant], rates.get("plain")),
-                "ratio_quartiles": _paired_quartiles(rates[variant], rates.get("plain")),
+                "ratio_ci": _paired_ci(rates[variant], rates.get("plain")),
                 "cpu_ratio": _paired_ratio(
                     [1 / row["all"] for row in cpu[variant]], [1 / row["all"] for row in cpu.get("plain", [])]
                 ),
@@ -400,7 +402,7 @@ class Bench:
                 "tasks_per_s": statistics.median(rates[variant]),
                 "runs": rates[variant],
                 "ratio": _paired_ratio(rates[variant], rates.get("plain")),
-                "ratio_quartiles": _paired_quartiles(rates[variant], rates.get("plain")),
+                "ratio_ci": _paired_ci(rates[variant], rates.get("plain")),
                 "cpu_ratio": _paired_ratio(
                     [1 / row["all"] for row in cpu[variant]], [1 / row["all"] for row in cpu.get("plain", [])]
                 ),
@@ -574,13 +576,17 @@ def _paired_ratio(values: Sequence[float], plain: Sequence[float] | None) -> flo
     return statistics.median(value / base for value, base in zip(values, plain))
 
 
-def _paired_quartiles(values: Sequence[float], plain: Sequence[float] | None) -> tuple[float, float]:
-    """The first and third quartiles of ``values[i] / plain[i]``: how far apart the repeats
-    were (NaN without a plain run, or with fewer than 2 repeats)."""
+def _paired_ci(values: Sequence[float], plain: Sequence[float] | None) -> tuple[float, float]:
+    """A 95 % confidence interval of the median of ``values[i] / plain[i]`` (bootstrap: the
+    median of 2 000 resamples of the repeats, seeded, so a run's report is reproducible from
+    its figures). On a shared 2-core machine one repeat's ratio moves by 10 % or more; this
+    says how far the median can be trusted. NaN without plain, or with fewer than 2 repeats."""
     if not plain or len(values) < 2:
         return float("nan"), float("nan")
-    quartiles = statistics.quantiles([value / base for value, base in zip(values, plain)], n=4)
-    return quartiles[0], quartiles[2]
+    ratios = [value / base for value, base in zip(values, plain)]
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
+    return medians[50], medians[1949]
 
 
 def _pid(server: RedisServer) -> int:

@@ -29,8 +29,8 @@ def _breakdown(counts: dict[str, float]) -> str:
 
 
 def _ratio(row: dict[str, Any]) -> str:
-    """The median paired ratio, and its quartiles when there are some."""
-    low, high = row.get("ratio_quartiles") or (float("nan"), float("nan"))
+    """The median paired ratio, and its 95 % confidence interval when there is one."""
+    low, high = row.get("ratio_ci") or (float("nan"), float("nan"))
     spread = "" if low != low else f" ({_fmt(low)}-{_fmt(high)})"  # NaN: fewer than 2 repeats
     return f"{_fmt(row['ratio'])}x{spread}"
 
@@ -65,8 +65,8 @@ def markdown(results: dict[str, Any], command: str) -> str:
         "commands), per task.",
         "",
         "vs plain: the median over repeats of tasks/s divided by plain's tasks/s in the same "
-        "repeat, and in brackets the quartiles of those ratios (half the repeats fell between "
-        "them: how far one run can be trusted); by CPU: plain's CPU per task divided by the "
+        "repeat, and in brackets a 95 % confidence interval of that median (bootstrap over "
+        "the repeats): a difference inside it is the machine's noise; by CPU: plain's CPU per task divided by the "
         "variant's (the throughput ratio a machine with no spare CPU would see).",
         "",
         "| variant | tasks/s | vs plain | vs plain, by CPU | CPU µs/task: pool children | worker parent "
@@ -176,8 +176,8 @@ def chart(results: dict[str, Any], path: Path) -> bool:
         return False
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     ax = axes[0][0]
-    # Throughput as a ratio to plain, per scenario, the bars' whiskers the quartiles of the
-    # repeats' ratios: how much of a difference is the machine's noise.
+    # Throughput as a ratio to plain, per scenario, the bars' whiskers the 95 % confidence
+    # interval of the median: how much of a difference is the machine's noise.
     scenarios = [("sent and waited for", results["uncontended"], "#3070b0")]
     if results.get("backlog"):
         scenarios.append(("backlog drained", results["backlog"], "#60a050"))
@@ -186,17 +186,17 @@ def chart(results: dict[str, Any], path: Path) -> bool:
     for index, (label, rows, color) in enumerate(scenarios):
         xs = [i + (index - (len(scenarios) - 1) / 2) * width for i in range(len(names))]
         ratios = [rows[n]["ratio"] for n in names]
-        quartiles = [rows[n].get("ratio_quartiles") or (r, r) for n, r in zip(names, ratios)]
+        bounds = [rows[n].get("ratio_ci") or (r, r) for n, r in zip(names, ratios)]
         errors = [
-            [max(0.0, r - q[0]) for r, q in zip(ratios, quartiles)],
-            [max(0.0, q[1] - r) for r, q in zip(ratios, quartiles)],
+            [max(0.0, r - q[0]) for r, q in zip(ratios, bounds)],
+            [max(0.0, q[1] - r) for r, q in zip(ratios, bounds)],
         ]
         ax.bar(xs, ratios, width, yerr=errors, capsize=3, label=label, color=color)
         for x, ratio in zip(xs, ratios):
             ax.annotate(f"{ratio:.2f}", (x, 0.02), ha="center", va="bottom", color="white", fontsize=8)
     ax.axhline(1.0, color="#888888", linewidth=1)
     ax.set_xticks(list(range(len(names))), names)
-    ax.set_title(f"1. Uncontended throughput vs plain ({results['config']['n']} tasks; median, quartiles)")
+    ax.set_title(f"1. Uncontended throughput vs plain ({results['config']['n']} tasks; median, 95% CI)")
     ax.set_ylabel("tasks/s, ratio to plain Celery")
     ax.legend(loc="lower right")
 
