@@ -59,15 +59,16 @@ def markdown(results: dict[str, Any], command: str) -> str:
         "",
         "CPU: microseconds of CPU time per task used by the worker's pool processes (where a "
         "task runs and takes its lock), the worker's parent (which receives the messages), the "
-        "lock's Redis, and all processes (worker, both Redis servers, the sending process); it is "
-        "less disturbed by other load on the machine than tasks/s. Server: the lock Redis's own "
+        "lock's Redis, and all processes (worker, both Redis servers, the sending process), the "
+        "mean over every repeat; it is less disturbed by other load on the machine than tasks/s. Server: the lock Redis's own "
         "time in the commands clients sent (SLOWLOG durations, a script's including its inner "
         "commands), per task.",
         "",
         "vs plain: the median over repeats of tasks/s divided by plain's tasks/s in the same "
         "repeat, and in brackets a 95 % confidence interval of that median (bootstrap over "
-        "the repeats): a difference inside it is the machine's noise; by CPU: plain's CPU per task divided by the "
-        "variant's (the throughput ratio a machine with no spare CPU would see).",
+        "the repeats): a difference inside it is the machine's noise; by CPU: plain's CPU per "
+        "task divided by the variant's (the throughput ratio a machine with no spare CPU would "
+        "see).",
         "",
         "| variant | tasks/s | vs plain | vs plain, by CPU | CPU µs/task: pool children | worker parent "
         "| lock Redis | all | lock Redis server µs/task | round trips/task | commands/task "

@@ -14,7 +14,15 @@ from typing import Union
 
 import redis
 
-from .core import AcquireResult, Lease, LeaseEngine, SemaphoreEngine, SemaphoreLease, SlotResult
+from .core import (
+    AcquireResult,
+    AcquireStatus,
+    Lease,
+    LeaseEngine,
+    SemaphoreEngine,
+    SemaphoreLease,
+    SlotResult,
+)
 from .core.renewal import get_renewer
 from .core.semaphore import take_slot
 from .core.waiting import wait_for
@@ -53,18 +61,33 @@ logger = logging.getLogger("celery_redislock.acquisition")
 WAIT_FALLBACK_POLL = 1.0
 
 
-@dataclass(frozen=True)
 class Execution:
     """Who asks for a key: one delivery (``holder``) of the message ``task_id`` (of task
-    ``task_name``) on worker node ``hostname``, with the task's resolved options."""
+    ``task_name``) on worker node ``hostname``, with the task's resolved options.
 
-    runtime: Runtime
-    options: LockOptions
-    key: str
-    task_name: str
-    task_id: str
-    hostname: str | None
-    holder: str
+    A plain class with slots, not a frozen dataclass: one is made per task, and a frozen
+    dataclass's ``__init__`` costs four times as much (it sets each field through
+    ``object.__setattr__``). Nothing changes its fields once made."""
+
+    __slots__ = ("holder", "hostname", "key", "options", "runtime", "task_id", "task_name")
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        options: LockOptions,
+        key: str,
+        task_name: str,
+        task_id: str,
+        hostname: str | None,
+        holder: str,
+    ) -> None:
+        self.runtime = runtime
+        self.options = options
+        self.key = key
+        self.task_name = task_name
+        self.task_id = task_id
+        self.hostname = hostname
+        self.holder = holder
 
     @classmethod
     def of(
@@ -217,14 +240,20 @@ def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireRe
     # An execution takes over its own hand-over (a retry) and any lock taken at enqueue. A task
     # locked at enqueue finds its key held (by its own @queued lock): straight to the acquire
     # script, not a SET NX that must fail first.
-    return execution.runtime.engine.acquire(
+    engine, options = execution.runtime.engine, execution.options
+    # The usual case, a free key: taken by the SET NX alone, before the script's arguments
+    # (the hand-over id) are even built.
+    free = expect_free and options.lock_on == "execute" and not options.fencing
+    if free and engine.take(execution.key, execution.holder, options.timeout_ms):
+        return AcquireResult(AcquireStatus.TAKEN, execution.holder)
+    return engine.acquire(
         execution.key,
         execution.holder,
-        execution.options.timeout_ms,
+        options.timeout_ms,
         handover_id(execution.task_id),
         takeover_suffix=QUEUED_SUFFIX,
-        expect_free=expect_free and execution.options.lock_on == "execute",
-        fencing=execution.options.fencing,
+        expect_free=False,  # just found held (or a take-over is expected): the script
+        fencing=options.fencing,
     )
 
 

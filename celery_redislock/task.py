@@ -122,14 +122,17 @@ class SingletonTask(Task[Any, Any]):
         try:
             return self.run(*args, **kwargs)
         finally:
-            self._release_held()
+            self._release_held(request=request)
 
-    def _release_held(self, hand_to: tuple[str, int] | None = None) -> None:
+    def _release_held(self, hand_to: tuple[str, int] | None = None, request: Any = None) -> None:
         """Release the execution's lock, or hand it (``(holder id, TTL ms)``) to the next run
-        of this task id."""
-        held: Holding | None = getattr(self.request, HELD_FIELD, None)
+        of this task id. ``request``: the running request, if the caller has it (looking it
+        up again walks Celery's request stack)."""
+        if request is None:
+            request = self.request
+        held: Holding | None = getattr(request, HELD_FIELD, None)
         if held is not None:
-            setattr(self.request, HELD_FIELD, None)
+            setattr(request, HELD_FIELD, None)
             held.release(hand_to)
 
     def retry(

@@ -92,6 +92,11 @@ class LockEngine(BatchRenewal):
             return AcquireResult(AcquireStatus(code), holder, token, seconds + micros / 1e6)
         return AcquireResult(None, as_text(reply))
 
+    def take(self, key: str, holder: str, ttl_ms: int) -> bool:
+        """Take a free ``key`` for ``holder`` (``SET NX PX``): True when taken; False when
+        it is held, by anyone (``acquire`` then tells re-entry and take-over apart)."""
+        return self._set_nx(key, holder, ttl_arg(ttl_ms))
+
     def release(self, key: str, holder: str, *, notify: str | None = None) -> bool:
         """Delete ``key`` if ``holder`` still has it; PUBLISH the key on ``notify`` if given.
 
