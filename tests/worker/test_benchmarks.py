@@ -7,6 +7,8 @@ was written. Peers missing from the environment are reported in the table, not f
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,3 +35,18 @@ def test_the_benchmark_harness_writes_its_table(tmp_path: Path) -> None:
     assert set(results["uncontended"]) >= {"plain", "redislock"}
     assert set(results["backlog"]) == set(results["uncontended"])
     assert set(results["renewal"]) == {"100"}
+
+
+def test_the_task_path_benchmark_runs_both_tasks_through_celerys_tracer() -> None:
+    # A process of its own: it counts locks and starts a renewal thread, as a worker would.
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.task_path", "--n", "50", "--repeats", "1"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "the lock's Python" in done.stdout

@@ -1,0 +1,114 @@
+"""Our Python on a task's path, in one process: Celery's own tracer runs a trivial task, plain
+and as a ``SingletonTask``, with the lock's two replies canned (no socket, no server).
+
+    python -m benchmarks.task_path [--n 5000] [--repeats 9]
+
+The worker benchmark cannot see a few µs: on 2 shared cores its medians move by several
+percent. This takes out the worker, the servers and the socket calls, and times the main
+thread's user CPU (``RUSAGE_THREAD``) per task, plain and locked batches interleaved; the
+difference is what the lock's Python costs a task, warm (in a pool child, between Celery's
+own code, two to three times as much). It is the figure to judge a change to the task's path
+by. Linux only (``RUSAGE_THREAD``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import sys
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from celery import Celery, Task
+from celery.app.trace import build_tracer
+
+from celery_redislock import SingletonTask
+from celery_redislock.core import LockEngine
+from celery_redislock.runtime import runtime_for
+
+#: A TTL long enough that the renewal timer never fires during a run (it would try the
+#: client's real connection, to no server).
+LOCK_TIMEOUT = 3600
+
+
+class CannedConnection:
+    """Stands for the engine's direct connection: a free key, a release that deletes."""
+
+    def execute(self, *args: Any) -> Any:
+        return b"OK"
+
+    def script(self, script: Any, keys: Sequence[str], args: Sequence[str]) -> Any:
+        return 1
+
+
+def make_app() -> tuple[Celery, Task[Any, Any], Task[Any, Any]]:
+    app = Celery("task_path", set_as_current=False)
+    # Nothing connects: the broker is never used by the tracer, the results go to memory,
+    # and the lock engine's direct connection is canned.
+    app.conf.update(
+        broker_url="memory://",
+        result_backend="cache+memory://",
+        redislock_url="redis://127.0.0.1:1/0",
+        redislock_options={"lock_timeout": LOCK_TIMEOUT},
+    )
+
+    def noop(i: int) -> int:
+        return i
+
+    plain = app.task(name="task_path.plain", shared=False)(noop)
+    locked = app.task(name="task_path.locked", base=SingletonTask, shared=False)(noop)
+    app.finalize()
+    engine = LockEngine(redis.Redis(port=1))
+    engine._direct = CannedConnection()  # type: ignore[assignment]
+    runtime_for(app).engine = engine
+    return app, plain, locked
+
+
+def user_us_per_task(app: Celery, task: Task[Any, Any], n: int, first: int) -> float:
+    """Trace ``n`` calls of ``task`` as a worker's pool process does; user CPU µs a call."""
+    tracer = build_tracer(task.name, task, app=app, eager=False, propagate=False)
+    before = resource.getrusage(resource.RUSAGE_THREAD).ru_utime
+    for i in range(first, first + n):
+        task_id = str(uuid.uuid4())
+        request = {
+            "id": task_id,
+            "hostname": "bench@host",
+            "delivery_info": {"exchange": "", "routing_key": "celery", "priority": 0, "redelivered": False},
+            "args": (i,),
+            "kwargs": {},
+            "is_eager": False,
+            "retries": 0,
+        }
+        outcome = tracer(task_id, [i], {}, request)
+        if outcome[0] != i:
+            raise RuntimeError(f"{task.name} did not run: {outcome!r}")
+    return (resource.getrusage(resource.RUSAGE_THREAD).ru_utime - before) / n * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.task_path", description=__doc__)
+    parser.add_argument("--n", type=int, default=5000, help="tasks per batch")
+    parser.add_argument("--repeats", type=int, default=9, help="batches of each, interleaved")
+    args = parser.parse_args(argv)
+    app, plain, locked = make_app()
+    user_us_per_task(app, plain, 500, 0)  # warm-up: imports, plans, first allocations
+    user_us_per_task(app, locked, 500, 0)
+    runs: dict[str, list[float]] = {"plain": [], "locked": []}
+    first = 1000
+    for _ in range(args.repeats):
+        for name, task in (("plain", plain), ("locked", locked)):
+            runs[name].append(user_us_per_task(app, task, args.n, first))
+            first += args.n
+    plain_us, locked_us = statistics.median(runs["plain"]), statistics.median(runs["locked"])
+    print(f"user CPU µs per task, median of {args.repeats} batches of {args.n} (replies canned):")
+    print(f"  plain Celery task  {plain_us:6.1f}")
+    print(f"  SingletonTask      {locked_us:6.1f}")
+    print(f"  the lock's Python  {locked_us - plain_us:6.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
