@@ -328,22 +328,12 @@ class Bench:
                     commands[variant].update(after - before)
                     usecs[variant].update(usec_after - usec_before)
                     server_us[variant].append(server / config.n)
-                    used = {k: (cpu_after[k] - cpu_before[k]) / config.n * 1e6 for k in cpu_after}
-                    cpu[variant].append({**used, "all": sum(used.values())})
+                    cpu[variant].append(_cpu_row(cpu_before, cpu_after, config.n))
         out = {}
         for variant in self.variants:
             total = config.n * config.repeats
             out[variant] = {
-                "tasks_per_s": statistics.median(rates[variant]),
-                "runs": rates[variant],
-                # Paired: each repeat's rate over plain's in that same repeat, so that a slow
-                # stretch of the machine hits both sides of every ratio.
-                "ratio": _paired_ratio(rates[variant], rates.get("plain")),
-                "ratio_ci": _paired_ci(rates[variant], rates.get("plain")),
-                "cpu_ratio": _cpu_ratio(cpu[variant], cpu.get("plain")),
-                "cpu_us_per_task": _mean_cpu(cpu[variant]),
-                # Server time of what clients sent (SLOWLOG): a script's inner commands inside it.
-                "server_us_per_task": statistics.median(server_us[variant]),
+                **_throughput(variant, rates, cpu, server_us),
                 "usec_per_call": {
                     name: usecs[variant][name] / calls
                     for name, calls in sorted(commands[variant].items())
@@ -389,20 +379,11 @@ class Bench:
                     raise RuntimeError(f"{variant}: a queued task did not run")
                 if repeat:
                     rates[variant].append(config.n / seconds)
-                    used = {k: (cpu_after[k] - cpu_before[k]) / config.n * 1e6 for k in cpu_after}
-                    cpu[variant].append({**used, "all": sum(used.values())})
+                    cpu[variant].append(_cpu_row(cpu_before, cpu_after, config.n))
                     server_us[variant].append(server / config.n)
         out = {}
         for variant in self.variants:
-            out[variant] = {
-                "tasks_per_s": statistics.median(rates[variant]),
-                "runs": rates[variant],
-                "ratio": _paired_ratio(rates[variant], rates.get("plain")),
-                "ratio_ci": _paired_ci(rates[variant], rates.get("plain")),
-                "cpu_ratio": _cpu_ratio(cpu[variant], cpu.get("plain")),
-                "cpu_us_per_task": _mean_cpu(cpu[variant]),
-                "server_us_per_task": statistics.median(server_us[variant]),
-            }
+            out[variant] = _throughput(variant, rates, cpu, server_us)
         return out
 
     def _consume(self, on: bool) -> None:
@@ -566,6 +547,33 @@ def _paired_ratio(values: Sequence[float], plain: Sequence[float] | None) -> flo
     if not plain:
         return float("nan")
     return statistics.median(value / base for value, base in zip(values, plain))
+
+
+def _throughput(
+    variant: str,
+    rates: dict[str, list[float]],
+    cpu: dict[str, list[dict[str, float]]],
+    server_us: dict[str, list[float]],
+) -> dict[str, Any]:
+    """A variant's figures of a throughput scenario, from its repeats."""
+    return {
+        "tasks_per_s": statistics.median(rates[variant]),
+        "runs": rates[variant],
+        # Paired: each repeat's rate over plain's in that same repeat, so that a slow
+        # stretch of the machine hits both sides of every ratio.
+        "ratio": _paired_ratio(rates[variant], rates.get("plain")),
+        "ratio_ci": _paired_ci(rates[variant], rates.get("plain")),
+        "cpu_ratio": _cpu_ratio(cpu[variant], cpu.get("plain")),
+        "cpu_us_per_task": _mean_cpu(cpu[variant]),
+        # Server time of what clients sent (SLOWLOG): a script's inner commands inside it.
+        "server_us_per_task": statistics.median(server_us[variant]),
+    }
+
+
+def _cpu_row(before: dict[str, float], after: dict[str, float], n: int) -> dict[str, float]:
+    """CPU µs per task of each process over a batch of ``n``, and of all of them."""
+    used = {k: (after[k] - before[k]) / n * 1e6 for k in after}
+    return {**used, "all": sum(used.values())}
 
 
 def _mean_cpu(rows: Sequence[dict[str, float]]) -> dict[str, float]:

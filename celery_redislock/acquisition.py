@@ -62,8 +62,9 @@ WAIT_FALLBACK_POLL = 1.0
 
 
 class Execution:
-    """Who asks for a key: one delivery (``holder``) of the message ``task_id`` (of task
-    ``task_name``) on worker node ``hostname``, with the task's resolved options.
+    """Who asks for a key: one delivery of the message ``task_id`` (of task ``task_name``) on
+    worker node ``hostname``, with the task's resolved options; ``holder``, its holder id, is
+    drawn as it is made.
 
     A plain class with slots, not a frozen dataclass: one is made per task, and a frozen
     dataclass's ``__init__`` costs four times as much (it sets each field through
@@ -79,7 +80,6 @@ class Execution:
         task_name: str,
         task_id: str,
         hostname: str | None,
-        holder: str,
     ) -> None:
         self.runtime = runtime
         self.options = options
@@ -87,19 +87,7 @@ class Execution:
         self.task_name = task_name
         self.task_id = task_id
         self.hostname = hostname
-        self.holder = holder
-
-    @classmethod
-    def of(
-        cls,
-        runtime: Runtime,
-        options: LockOptions,
-        key: str,
-        task_name: str,
-        task_id: str,
-        hostname: str | None,
-    ) -> Execution:
-        return cls(runtime, options, key, task_name, task_id, hostname, holder_id(task_id, hostname))
+        self.holder = holder_id(task_id, hostname)
 
     def held_by_dead_delivery(self, holder: str) -> bool:
         """True when ``holder`` is this task id, taken by a process of this very worker instance
@@ -252,7 +240,7 @@ def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireRe
         options.timeout_ms,
         handover_id(execution.task_id),
         takeover_suffix=QUEUED_SUFFIX,
-        expect_free=False,  # just found held (or a take-over is expected): the script
+        expect_free=False,  # found held, a take-over expected, or fenced: the script
         fencing=options.fencing,
     )
 

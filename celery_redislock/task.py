@@ -105,7 +105,7 @@ class SingletonTask(Task[Any, Any]):
                 # A re-queued copy of a redelivered message whose original has finished meanwhile.
                 logger.info("Dropped redelivered %s[%s]: it has finished already", self.name, request.id)
                 raise Ignore()
-            execution = Execution.of(runtime, options, key, self.name, str(request.id), request.hostname)
+            execution = Execution(runtime, options, key, self.name, str(request.id), request.hostname)
             if options.debounce is not None:
                 debounce.check(self, execution)  # a call superseded by a later one ends here
             outcome = acquire_latest(self, execution) if options.keep_latest else acquire(execution)
