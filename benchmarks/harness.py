@@ -42,7 +42,7 @@ HARNESS_COMMANDS = frozenset({"info", "config", "monitor", "echo", "flushall", "
 
 @dataclass
 class Config:
-    """Sizes of one run. The defaults take a few minutes on 2 cores."""
+    """Sizes of one run. The defaults take about 9 minutes on 2 cores."""
 
     #: tasks per uncontended batch (one batch per variant per repeat)
     n: int = 300
