@@ -1,5 +1,6 @@
 """Our Python on a task's path, in one process: Celery's own tracer runs a trivial task, plain
-and as a ``SingletonTask``, with the lock's two replies canned (no socket, no server).
+and as a ``SingletonTask``, with the lock's two replies canned (no server: the engine's own
+connection talks to a socket object that answers at once).
 
     python -m benchmarks.task_path [--n 5000] [--repeats 9]
 
@@ -18,7 +19,6 @@ import resource
 import statistics
 import sys
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -34,14 +34,19 @@ from celery_redislock.runtime import runtime_for
 LOCK_TIMEOUT = 3600
 
 
-class CannedConnection:
-    """Stands for the engine's direct connection: a free key, a release that deletes."""
+class CannedSocket:
+    """Stands for the socket of the engine's own connection: every key is free (a SET answers
+    OK), every release deletes (a script answers 1). The commands are packed and the replies
+    parsed as on a real socket; only the system calls are left out."""
 
-    def execute(self, *args: Any) -> Any:
-        return b"OK"
+    def __init__(self) -> None:
+        self._reply = b""
 
-    def script(self, script: Any, keys: Sequence[str], args: Sequence[str]) -> Any:
-        return 1
+    def sendall(self, request: bytes) -> None:
+        self._reply = b"+OK\r\n" if request.startswith(b"*6\r\n$3\r\nSET\r\n") else b":1\r\n"
+
+    def recv(self, size: int) -> bytes:
+        return self._reply
 
 
 def make_app() -> tuple[Celery, Task[Any, Any], Task[Any, Any]]:
@@ -62,7 +67,9 @@ def make_app() -> tuple[Celery, Task[Any, Any], Task[Any, Any]]:
     locked = app.task(name="task_path.locked", base=SingletonTask, shared=False)(noop)
     app.finalize()
     engine = LockEngine(redis.Redis(port=1))
-    engine._direct = CannedConnection()  # type: ignore[assignment]
+    assert engine._direct is not None
+    connection = engine._direct.connection()
+    connection._sock = CannedSocket()
     runtime_for(app).engine = engine
     return app, plain, locked
 

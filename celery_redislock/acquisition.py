@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Union
 
 import redis
@@ -23,7 +23,7 @@ from .core import (
     SemaphoreLease,
     SlotResult,
 )
-from .core.renewal import get_renewer
+from .core.renewal import Renewer, get_renewer
 from .core.semaphore import take_slot
 from .core.waiting import wait_for
 from .held import RedisLockInfo, unwatch, watch
@@ -106,24 +106,38 @@ class Refused:
     redelivered: bool
 
 
-@dataclass
 class Holding:
-    """What one execution holds, under renewal: its lock, or one of its key's slots."""
+    """What one execution holds, under renewal: its lock, or one of its key's slots.
 
-    runtime: Runtime
-    options: LockOptions
-    #: the runtime's lock engine, or its semaphore engine (max_concurrency > 1)
-    engine: LeaseEngine
-    lease: Lease
-    #: what the body sees of it: ``request.redislock``
-    info: RedisLockInfo
-    #: When the run started (monotonic): a throttle's window counts from here.
-    started: float = field(default_factory=time.monotonic)
+    ``engine``: the runtime's lock engine, or its semaphore engine (max_concurrency > 1);
+    ``info``: what the body sees of it (``request.redislock``); ``started``: when the run
+    started (monotonic), a throttle's window counts from there; ``renewer``: the renewal
+    timer of the process that took it (looked up once). A slots class: one is made per task.
+    """
+
+    __slots__ = ("engine", "info", "lease", "options", "renewer", "runtime", "started")
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        options: LockOptions,
+        engine: LeaseEngine,
+        lease: Lease,
+        info: RedisLockInfo,
+        renewer: Renewer,
+    ) -> None:
+        self.runtime = runtime
+        self.options = options
+        self.engine = engine
+        self.lease = lease
+        self.info = info
+        self.renewer = renewer
+        self.started = time.monotonic()
 
     def release(self, hand_to: tuple[str, int] | None = None) -> None:
         """Release it, or hand it (``(holder id, TTL ms)``) to the next run of this task id."""
         engine, lease, runtime = self.engine, self.lease, self.runtime
-        get_renewer().discard(engine, lease)
+        self.renewer.discard(engine, lease)
         unwatch(self.info)
         try:
             if hand_to is not None:  # a lock (a semaphore's slot is never handed over)
@@ -220,8 +234,9 @@ def _hold(
         acquired_at=None if result is None else result.server_time,
     )
     watch(info)
-    get_renewer().add(engine, lease, execution.options.renew_interval_s)
-    return Holding(runtime, execution.options, engine, lease, info)
+    renewer = get_renewer()
+    renewer.add(engine, lease, execution.options.renew_interval_s)
+    return Holding(runtime, execution.options, engine, lease, info, renewer)
 
 
 def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireResult:

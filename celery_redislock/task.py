@@ -88,13 +88,16 @@ class SingletonTask(Task[Any, Any]):
         if request.called_directly:  # task(...) as a plain function: no message, no lock
             return super().__call__(*args, **kwargs)
         runtime = runtime_for(self.app)
-        plan = runtime.plan(self, getattr(request, QUEUE_FIELD, None))
+        # The request's own attributes (a Context keeps them in its __dict__): a getattr with
+        # a default that misses raises and catches an AttributeError, twice a task.
+        fields = vars(request)
+        plan = runtime.plan(self, fields.get(QUEUE_FIELD))
         options = plan.options
         # A task locked at enqueue (or re-published) carries its key: JSON may have changed its
         # arguments' types since. Kept on the request, so a retry carries it on.
-        key = getattr(request, KEY_HEADER, None) or plan.key(self, args, kwargs)
-        setattr(request, KEY_HEADER, key)
-        setattr(request, INFO_FIELD, None)  # until it holds the lock: never while it runs unlocked
+        key = fields.get(KEY_HEADER) or plan.key(self, args, kwargs)
+        fields[KEY_HEADER] = key
+        fields[INFO_FIELD] = None  # until it holds the lock: never while it runs unlocked
         try:
             if options.lock_until == "started":
                 # Unique while queued only: free this call's queued lock, so one more identical
@@ -117,8 +120,8 @@ class SingletonTask(Task[Any, Any]):
             if outcome.redelivered:
                 outcomes.on_redelivered(self, options, key, outcome.holder)
             outcomes.on_duplicate(self, options, key, outcome.holder)
-        setattr(request, HELD_FIELD, outcome)
-        setattr(request, INFO_FIELD, outcome.info)
+        fields[HELD_FIELD] = outcome
+        fields[INFO_FIELD] = outcome.info
         try:
             return self.run(*args, **kwargs)
         finally:

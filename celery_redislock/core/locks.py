@@ -10,6 +10,7 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from ..keys import fence_key
+from . import resp
 from .leases import AcquireResult, AcquireStatus, Client, Lease, LockInfo, RenewReport, as_text
 from .scripts import (
     ACQUIRE,
@@ -118,8 +119,11 @@ class LockEngine(BatchRenewal):
 
     def _set_nx(self, key: str, holder: str, ttl: str) -> bool:
         """``SET key holder NX PX ttl``: True when it took the key."""
-        if self._direct is not None:
-            return self._direct.execute("SET", key, holder, "NX", "PX", ttl) is not None
+        direct = self._direct
+        if direct is not None:
+            encoding = direct.encoding
+            request = resp.set_nx_px(key.encode(encoding), holder.encode(encoding), ttl.encode("ascii"))
+            return direct.send(request, ("SET", key, holder, "NX", "PX", ttl)) is not None
         return bool(self.client.set(key, holder, nx=True, px=int(ttl)))
 
     def _script(self, script: Script, key: str | list[str], *args: str) -> Any:

@@ -71,6 +71,8 @@ class DirectConnection:
     one connection made by the client's own pool (same host, credentials, timeouts, retry
     policy; a Sentinel pool's connection finds the master itself), commands sent and read on it
     directly, retried as the client would (its ``Retry``: once, at once, for the lock client).
+    The two commands of every task come packed already (``send``: ``resp.set_nx_px``,
+    ``resp.evalsha``), from a template, not through the generic packer.
 
     Thread-safe without making threads wait: a thread that finds the connection in use (the
     renewal thread, another thread of a threads or gevent pool) takes the pool's path instead.
@@ -79,8 +81,10 @@ class DirectConnection:
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
-        # (pid, mutex, [the connection once made]): replaced whole in a forked child.
-        self._state: tuple[int, threading.Lock, list[Any]] | None = None
+        #: How this client encodes str arguments (what a packed request must use too).
+        self.encoding: str = client.get_encoder().encoding
+        # [pid, mutex, the connection once made]: replaced whole in a forked child.
+        self._state: list[Any] | None = None
 
     @classmethod
     def for_client(cls, client: Client) -> DirectConnection | None:
@@ -90,59 +94,97 @@ class DirectConnection:
             return None
         return cls(client)
 
+    def connection(self) -> Any:
+        """This process's connection (made on first use, connected on first command)."""
+        state = self._own()
+        if state[2] is None:
+            state[2] = self._client.connection_pool.make_connection()
+        return state[2]
+
     def execute(self, *args: Any) -> Any:
         """Send one command and read its reply; raises redis-py's errors. The reply is not put
         through redis-py's response callbacks (a SET that took the key gives ``b"OK"``, or
         ``True`` when the pool's path served it): callers only test for None, or read script
         replies, which have no callback."""
+        return self.send(None, args)
+
+    def send(self, request: bytes | None, args: Sequence[Any]) -> Any:
+        """``execute(*args)``, with ``request`` the command packed already (in
+        ``self.encoding``), or None to pack ``args``; a connection that is not a raw socket's,
+        or a thread that finds this one busy, sends ``args`` through redis-py."""
         state = self._state
         if state is None or state[0] != os.getpid():
-            state = self._state = (os.getpid(), threading.Lock(), [])
-        _, mutex, slot = state
-        if not mutex.acquire(blocking=False):
+            state = self._own()
+        mutex = state[1]
+        if not mutex.acquire(False):
             # In use by another thread: the pool has connections to spare.
             return self._client.execute_command(*args)  # type: ignore[no-untyped-call]
         try:
-            if not slot:
-                slot.append(self._client.connection_pool.make_connection())
-            connection = slot[0]
-            return connection.retry.call_with_retry(
-                lambda: self._send(connection, args), lambda _error: connection.disconnect()
-            )
+            connection = state[2]
+            if connection is None:
+                connection = state[2] = self._client.connection_pool.make_connection()
+            try:
+                return _send(connection, request, args)
+            except Exception as error:
+                # The first attempt is made outside the client's Retry (its closures cost a
+                # task more than the socket calls' Python); a failure is handed to it as if
+                # its own first attempt had raised it: the same retries, backoff and errors.
+                first: list[Exception] = [error]
+
+                def attempt() -> Any:
+                    if first:
+                        raise first.pop()
+                    return _send(connection, request, args)
+
+                return connection.retry.call_with_retry(attempt, lambda _error: connection.disconnect())
         finally:
             mutex.release()
 
     def script(self, script: Script, keys: Sequence[str], args: Sequence[str]) -> Any:
         """EVALSHA of ``script``; EVAL (which also caches it again) after a NOSCRIPT reply."""
+        request = None
+        if len(keys) == 1 and len(args) == 1:  # a task's release: packed from its template
+            encoding = self.encoding
+            request = resp.evalsha(script.sha, keys[0].encode(encoding), args[0].encode(encoding))
         try:
-            return self.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+            return self.send(request, ("EVALSHA", script.sha, len(keys), *keys, *args))
         except NoScriptError:
             return self.execute("EVAL", script.script, len(keys), *keys, *args)
 
-    @staticmethod
-    def _send(connection: Any, args: Sequence[Any]) -> Any:
-        # is_connected is redis-py >= 6; before it, the socket attribute says the same.
-        if not getattr(connection, "is_connected", getattr(connection, "_sock", None) is not None):
-            # connect(), not the implicit connect of send_command: a Sentinel-managed
-            # connection asks the Sentinels where the master is there.
+    def _own(self) -> list[Any]:
+        state = self._state
+        if state is None or state[0] != os.getpid():
+            state = self._state = [os.getpid(), threading.Lock(), None]
+        return state
+
+
+def _send(connection: Any, request: bytes | None, args: Sequence[Any]) -> Any:
+    if type(connection) in _RAW_CONNECTIONS:
+        if connection._sock is None:
             connection.connect()
-        if type(connection) in _RAW_CONNECTIONS:
-            # As redis-py does before a command: a connection idle longer than its health
-            # check interval is PINGed first (a stale one reconnects before the real call).
-            interval = connection.health_check_interval
-            if interval and time.monotonic() > connection.next_health_check:
-                connection.check_health()
-            reply = resp.call(connection, resp.pack(args, connection.encoder.encoding))
-            if interval:
-                connection.next_health_check = time.monotonic() + interval
-            return reply
-        connection.send_command(*args)
-        reply = connection.read_response()
-        # A server going away for maintenance asks the client to reconnect (redis-py >= 7).
-        should_reconnect = getattr(connection, "should_reconnect", None)
-        if should_reconnect is not None and should_reconnect():
-            connection.disconnect()
+        # As redis-py does before a command: a connection idle longer than its health
+        # check interval is PINGed first (a stale one reconnects before the real call).
+        interval = connection.health_check_interval
+        if interval and time.monotonic() > connection.next_health_check:
+            connection.check_health()
+        if request is None:
+            request = resp.pack(args, connection.encoder.encoding)
+        reply = resp.call(connection, request)
+        if interval:
+            connection.next_health_check = time.monotonic() + interval
         return reply
+    # is_connected is redis-py >= 6; before it, the socket attribute says the same.
+    if not getattr(connection, "is_connected", getattr(connection, "_sock", None) is not None):
+        # connect(), not the implicit connect of send_command: a Sentinel-managed
+        # connection asks the Sentinels where the master is there.
+        connection.connect()
+    connection.send_command(*args)
+    reply = connection.read_response()
+    # A server going away for maintenance asks the client to reconnect (redis-py >= 7).
+    should_reconnect = getattr(connection, "should_reconnect", None)
+    if should_reconnect is not None and should_reconnect():
+        connection.disconnect()
+    return reply
 
 
 class BatchRenewal:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 
+from celery_redislock.core import resp
 from celery_redislock.core.scripts import DirectConnection
 
 
@@ -158,8 +159,7 @@ def test_an_idle_connection_is_health_checked_before_its_next_command(
     pings = ping_calls(redislock_redis)
     direct.execute("ECHO", "fresh")  # used just now: no PING
     assert ping_calls(redislock_redis) == pings
-    connection = direct._state[2][0] if direct._state else None
-    assert connection is not None
+    connection = direct.connection()
     connection.next_health_check = 0  # as if idle for longer than the interval
     assert direct.execute("ECHO", "idle") == b"idle"
     assert ping_calls(redislock_redis) == pings + 1
@@ -168,3 +168,11 @@ def test_an_idle_connection_is_health_checked_before_its_next_command(
 def ping_calls(client: redis.Redis) -> int:
     stats = client.info("commandstats").get("cmdstat_ping")
     return int(stats["calls"]) if stats else 0
+
+
+def test_the_task_commands_templates_pack_as_the_generic_packer_does() -> None:
+    # Key and holder as a client encodes them (UTF-8 here, a non-ASCII task name included).
+    key, holder = "redislock:tâche:0123".encode(), b"id@celery@h:ab:12:3"
+    assert resp.set_nx_px(key, holder, b"60000") == resp.pack(("SET", key, holder, "NX", "PX", "60000"))
+    sha = "a" * 40
+    assert resp.evalsha(sha, key, holder) == resp.pack(("EVALSHA", sha, 1, key, holder))
