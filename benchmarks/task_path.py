@@ -3,6 +3,7 @@ and as a ``SingletonTask``, with the lock's two replies canned (no server: the e
 connection talks to a socket object that answers at once).
 
     python -m benchmarks.task_path [--n 5000] [--repeats 9]
+    python -m benchmarks.task_path --instructions [--n 1000]
 
 The worker benchmark cannot see a few µs: on 2 shared cores its medians move by several
 percent. This takes out the worker, the servers and the socket calls, and times the main
@@ -10,13 +11,23 @@ thread's user CPU (``RUSAGE_THREAD``) per task, plain and locked batches interle
 difference is what the lock's Python costs a task, warm (in a pool child, between Celery's
 own code, two to three times as much). It is the figure to judge a change to the task's path
 by. Linux only (``RUSAGE_THREAD``).
+
+``--instructions`` counts instead of timing: the instructions the process executes per task
+(valgrind's callgrind, which must be on PATH), plain and locked, less those of the same run
+without the batch. A count does not move with the machine's load as CPU time does, so it tells
+a change of 1 % apart where the timings need many runs; it is blind to what costs time
+without instructions (cache misses, system calls), which the worker benchmark still judges.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import resource
+import shutil
 import statistics
+import subprocess
 import sys
 import uuid
 from typing import Any
@@ -95,14 +106,49 @@ def user_us_per_task(app: Celery, task: Task[Any, Any], n: int, first: int) -> f
     return (resource.getrusage(resource.RUSAGE_THREAD).ru_utime - before) / n * 1e6
 
 
+def instructions(kind: str, n: int) -> int:
+    """Instructions a run of this module with ``--only kind --n n`` executes (callgrind)."""
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    command += [sys.executable, "-m", "benchmarks.task_path", "--only", kind, "--n", str(n)]
+    # One hash seed: dicts and sets are laid out, and so walked, alike in every run.
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count in valgrind's output: {done.stderr[-500:]}")
+    return int(found.group(1))
+
+
+def count_instructions(n: int) -> int:
+    if shutil.which("valgrind") is None:
+        print("--instructions needs valgrind on PATH (Debian: apt-get install valgrind)", file=sys.stderr)
+        return 2
+    setup = instructions("none", n)
+    plain, locked = ((instructions(kind, n) - setup) / n for kind in ("plain", "locked"))
+    print(f"instructions per task, a batch of {n} (callgrind, replies canned):")
+    print(f"  plain Celery task  {plain:9,.0f}")
+    print(f"  SingletonTask      {locked:9,.0f}")
+    print(f"  the lock's Python  {locked - plain:9,.0f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.task_path", description=__doc__)
-    parser.add_argument("--n", type=int, default=5000, help="tasks per batch")
+    parser.add_argument("--n", type=int, help="tasks per batch (default 5000; 1000 with --instructions)")
     parser.add_argument("--repeats", type=int, default=9, help="batches of each, interleaved")
+    parser.add_argument("--instructions", action="store_true", help="count instructions (valgrind)")
+    parser.add_argument("--only", choices=("none", "plain", "locked"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.instructions:
+        return count_instructions(args.n or 1000)
+    args.n = args.n or 5000
     app, plain, locked = make_app()
     user_us_per_task(app, plain, 500, 0)  # warm-up: imports, plans, first allocations
     user_us_per_task(app, locked, 500, 0)
+    if args.only is not None:  # one batch of one kind, counted from outside (--instructions)
+        if args.only != "none":
+            user_us_per_task(app, plain if args.only == "plain" else locked, args.n, 1000)
+        return 0
     runs: dict[str, list[float]] = {"plain": [], "locked": []}
     first = 1000
     for _ in range(args.repeats):

@@ -178,10 +178,18 @@ Outcome = Union[Holding, Refused]
 
 def acquire(execution: Execution) -> Outcome:
     """Take the key for ``execution``; raises ``redis.RedisError`` when Redis is unreachable."""
-    if execution.options.max_concurrency > 1:
+    options = execution.options
+    if options.max_concurrency > 1:
         return _acquire_slot(execution)
     runtime, key = execution.runtime, execution.key
-    result = _try_acquire(execution)
+    engine = runtime.engine
+    # The usual case, a free key: taken by the SET NX alone, held at once; the acquire
+    # script's arguments (the hand-over id) are built only when the key is found held.
+    usual = options.lock_on == "execute" and not options.fencing
+    if usual and engine.take(key, execution.holder, options.timeout_ms):
+        return _hold(execution, engine, Lease(key, execution.holder, options.timeout_ms))
+    # Found held, or a lock taken at enqueue to take over, or fenced: the acquire script.
+    result = _try_acquire(execution, expect_free=False)
     if not result.acquired and execution.held_by_dead_delivery(result.holder):
         # This very message, from a child that died here; Celery re-queued it
         # (reject_on_worker_lost) without telling anyone: not a duplicate, take over.
@@ -193,8 +201,7 @@ def acquire(execution: Execution) -> Outcome:
         result = _wait(execution)
     if not result.acquired:
         return Refused(result.holder, redelivered)
-    options = execution.options
-    return _hold(execution, runtime.engine, Lease(key, execution.holder, options.timeout_ms), result)
+    return _hold(execution, engine, Lease(key, execution.holder, options.timeout_ms), result)
 
 
 def release_queued(runtime: Runtime, key: str, task_id: str) -> None:

@@ -385,12 +385,14 @@ class KeyBuilder:
             # Defaults filled in, so f(1), f(x=1) and f(1, y=<default>) are one call.
             bound.apply_defaults()
             arguments = bound.arguments
-        pairs = [
-            (name_text, canonical(arguments[name], task=self.task_name, argument=name))
+        task_name = self.task_name
+        entries = [
+            "[" + name_text + "," + canonical(arguments[name], task=task_name, argument=name) + "]"
             for name_text, name in self._names
         ]
-        # self._names is sorted: the same text as canonical() of the dict {name: value}.
-        text = '["dict",[' + _join_pairs(pairs) + "]]"
+        # self._names is sorted: the same text as canonical() of the dict {name: value}
+        # (_join_pairs' form, joined here without its pairs).
+        text = '["dict",[' + ",".join(entries) + "]]"
         return format_key(self.prefix, self.task_name, digest(text))
 
     def _bind_plain(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any] | None:

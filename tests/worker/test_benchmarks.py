@@ -50,3 +50,19 @@ def test_the_task_path_benchmark_runs_both_tasks_through_celerys_tracer() -> Non
     )
     assert done.returncode == 0, done.stderr
     assert "the lock's Python" in done.stdout
+
+
+def test_the_task_path_runs_one_batch_alone_for_an_instruction_count() -> None:
+    # What --instructions runs under valgrind, three times: one kind's batch, nothing printed.
+    root = Path(__file__).resolve().parents[2]
+    for kind in ("none", "locked"):
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.task_path", "--only", kind, "--n", "20"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == ""
