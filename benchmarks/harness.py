@@ -625,7 +625,10 @@ def monitor(server: RedisServer) -> Iterator[dict[str, Counter[str]]]:
     seen: dict[str, Counter[str]] = {"client": Counter(), "lua": Counter()}
     marker = uuid.uuid4().hex
     ready = threading.Event()
-    connection = server.client()
+    # No read timeout (redis-py's default is 5 s): a slow machine can leave the lock's Redis
+    # without a command for that long (a variant that locks nothing), and the feed must live
+    # until the end marker.
+    connection = server.client(socket_timeout=None)
 
     def listen() -> None:
         with connection.monitor() as feed:  # type: ignore[no-untyped-call]
