@@ -37,11 +37,12 @@ def test_the_benchmark_harness_writes_its_table(tmp_path: Path) -> None:
     assert set(results["renewal"]) == {"100"}
 
 
-def test_the_task_path_benchmark_runs_both_tasks_through_celerys_tracer() -> None:
-    # A process of its own: it counts locks and starts a renewal thread, as a worker would.
+def task_path(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m benchmarks.task_path *args``, in a process of its own: it counts locks and
+    starts a renewal thread, as a worker would."""
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.task_path", "--n", "50", "--repeats", "1"],
+        [sys.executable, "-m", "benchmarks.task_path", *args],
         cwd=root,
         capture_output=True,
         text=True,
@@ -49,20 +50,14 @@ def test_the_task_path_benchmark_runs_both_tasks_through_celerys_tracer() -> Non
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert "the lock's Python" in done.stdout
+    return done
+
+
+def test_the_task_path_benchmark_runs_both_tasks_through_celerys_tracer() -> None:
+    assert "the lock's Python" in task_path("--n", "50", "--repeats", "1").stdout
 
 
 def test_the_task_path_runs_one_batch_alone_for_an_instruction_count() -> None:
     # What --instructions runs under valgrind, three times: one kind's batch, nothing printed.
-    root = Path(__file__).resolve().parents[2]
     for kind in ("none", "locked"):
-        done = subprocess.run(
-            [sys.executable, "-m", "benchmarks.task_path", "--only", kind, "--n", "20"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        assert done.stdout == ""
+        assert task_path("--only", kind, "--n", "20").stdout == ""
