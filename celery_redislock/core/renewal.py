@@ -73,19 +73,24 @@ class Renewer:
 
     def add(self, engine: LeaseEngine, lease: Lease, interval: float) -> None:
         """Renew ``lease`` every ``interval`` seconds (or more often) until discarded."""
+        entry = (lease.key, lease.holder)
         with self._mutex:
-            wake = self._waiting is None or interval < self._waiting
+            waiting = self._waiting
+            wake = waiting is None or interval < waiting
             if wake:
                 # Noted now, not when the thread wakes: a worker's task has usually released
                 # its lease by then, and a thread that found nothing held would wait on no
                 # interval, so the next task would wake it again (a thread switch per task).
                 self._waiting = interval
-            leases = self._held.setdefault(engine, {})
-            previous = leases.get((lease.key, lease.holder))
+            leases = self._held.get(engine)
+            if leases is None:
+                leases = self._held[engine] = {}
+            previous = leases.get(entry)
             if previous is not None:
                 self._forget_interval(previous[1])
-            leases[(lease.key, lease.holder)] = (lease, interval)
-            self._intervals[interval] += 1
+            leases[entry] = (lease, interval)
+            intervals = self._intervals
+            intervals[interval] = intervals.get(interval, 0) + 1
             started = self._thread is not None
         if wake:
             self._wake.set()  # the thread waits for a longer interval: make it re-read
@@ -120,9 +125,12 @@ class Renewer:
         return entry
 
     def _forget_interval(self, interval: float) -> None:
-        self._intervals[interval] -= 1
-        if not self._intervals[interval]:
-            del self._intervals[interval]
+        intervals = self._intervals
+        left = intervals[interval] - 1
+        if left:
+            intervals[interval] = left
+        else:
+            del intervals[interval]
 
     # -- renewal --------------------------------------------------------------------------
 
