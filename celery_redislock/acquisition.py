@@ -183,10 +183,7 @@ def acquire(execution: Execution) -> Outcome:
         return _acquire_slot(execution)
     runtime, key = execution.runtime, execution.key
     engine = runtime.engine
-    # The usual case, a free key: taken by the SET NX alone, held at once; the acquire
-    # script's arguments (the hand-over id) are built only when the key is found held.
-    usual = options.lock_on == "execute" and not options.fencing
-    if usual and engine.take(key, execution.holder, options.timeout_ms):
+    if _take_free(execution):  # the usual case: held at once, no result object between
         return _hold(execution, engine, Lease(key, execution.holder, options.timeout_ms))
     # Found held, or a lock taken at enqueue to take over, or fenced: the acquire script.
     result = _try_acquire(execution, expect_free=False)
@@ -251,10 +248,7 @@ def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireRe
     # locked at enqueue finds its key held (by its own @queued lock): straight to the acquire
     # script, not a SET NX that must fail first.
     engine, options = execution.runtime.engine, execution.options
-    # The usual case, a free key: taken by the SET NX alone, before the script's arguments
-    # (the hand-over id) are even built.
-    free = expect_free and options.lock_on == "execute" and not options.fencing
-    if free and engine.take(execution.key, execution.holder, options.timeout_ms):
+    if expect_free and _take_free(execution):
         return AcquireResult(AcquireStatus.TAKEN, execution.holder)
     return engine.acquire(
         execution.key,
@@ -265,6 +259,16 @@ def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireRe
         expect_free=False,  # found held, a take-over expected, or fenced: the script
         fencing=options.fencing,
     )
+
+
+def _take_free(execution: Execution) -> bool:
+    """The usual case, a free key, taken by the SET NX alone, before the acquire script's
+    arguments (the hand-over id) are even built. Not for a task locked at enqueue (its key is
+    held by its own @queued lock) nor a fenced one (only the script issues a token)."""
+    options = execution.options
+    if options.lock_on != "execute" or options.fencing:
+        return False
+    return execution.runtime.engine.take(execution.key, execution.holder, options.timeout_ms)
 
 
 def _wait(execution: Execution) -> AcquireResult:

@@ -62,8 +62,7 @@ def _escaped(task_id: str) -> str:
 
 
 def holder_id(task_id: str, hostname: str | None) -> str:
-    # holder_prefix() written out: one is drawn per task.
-    return f"{_escaped(task_id)}@{hostname or node_name(hostname)}:{BOOT_ID}:{os.getpid()}:{next(_sequence)}"
+    return f"{holder_prefix(task_id, hostname)}{os.getpid()}:{next(_sequence)}"
 
 
 def process_alive(pid: int) -> bool:

@@ -170,7 +170,12 @@ def _entries(value: Mapping[Any, Any], depth: int, active: set[int]) -> str:
 
 
 def _join_pairs(pairs: list[tuple[str, str]]) -> str:
-    return ",".join("[" + key + "," + item + "]" for key, item in pairs)
+    return ",".join([_entry(key, item) for key, item in pairs])
+
+
+def _entry(key_text: str, item_text: str) -> str:
+    """One entry of a canonical dict: its key's and its value's canonical texts."""
+    return "[" + key_text + "," + item_text + "]"
 
 
 def _elements(value: set[Any] | frozenset[Any], depth: int, active: set[int]) -> str:
@@ -387,11 +392,10 @@ class KeyBuilder:
             arguments = bound.arguments
         task_name = self.task_name
         entries = [
-            "[" + name_text + "," + canonical(arguments[name], task=task_name, argument=name) + "]"
+            _entry(name_text, canonical(arguments[name], task=task_name, argument=name))
             for name_text, name in self._names
         ]
-        # self._names is sorted: the same text as canonical() of the dict {name: value}
-        # (_join_pairs' form, joined here without its pairs).
+        # self._names is sorted: the same text as canonical() of the dict {name: value}.
         text = '["dict",[' + ",".join(entries) + "]]"
         return format_key(self.prefix, self.task_name, digest(text))
 

@@ -104,9 +104,6 @@ class LockEngine(BatchRenewal):
         Returns False when the lock had expired or another holder has it (nothing deleted).
         """
         if notify is None:  # the usual case: the shorter script, cheaper on the server
-            direct = self._direct
-            if direct is not None:  # a task's release: straight to its template
-                return bool(direct.script(self._release_exact, (key,), (holder,)) == 1)
             return bool(self._script(self._release_exact, key, holder) == 1)
         return bool(self._script(self._release, key, holder, "0", notify) == 1)
 

@@ -96,10 +96,7 @@ class DirectConnection:
 
     def connection(self) -> Any:
         """This process's connection (made on first use, connected on first command)."""
-        state = self._own()
-        if state[2] is None:
-            state[2] = self._client.connection_pool.make_connection()
-        return state[2]
+        return self._made(self._own())
 
     def execute(self, *args: Any) -> Any:
         """Send one command and read its reply; raises redis-py's errors. The reply is not put
@@ -112,17 +109,13 @@ class DirectConnection:
         """``execute(*args)``, with ``request`` the command packed already (in
         ``self.encoding``), or None to pack ``args``; a connection that is not a raw socket's,
         or a thread that finds this one busy, sends ``args`` through redis-py."""
-        state = self._state
-        if state is None or state[0] != os.getpid():
-            state = self._own()
+        state = self._own()
         mutex = state[1]
         if not mutex.acquire(False):
             # In use by another thread: the pool has connections to spare.
             return self._client.execute_command(*args)  # type: ignore[no-untyped-call]
         try:
-            connection = state[2]
-            if connection is None:
-                connection = state[2] = self._client.connection_pool.make_connection()
+            connection = self._made(state)
             try:
                 return _send(connection, request, args)
             except Exception as error:
@@ -152,10 +145,16 @@ class DirectConnection:
             return self.execute("EVAL", script.script, len(keys), *keys, *args)
 
     def _own(self) -> list[Any]:
+        """This process's state: a forked child makes its own."""
         state = self._state
         if state is None or state[0] != os.getpid():
             state = self._state = [os.getpid(), threading.Lock(), None]
         return state
+
+    def _made(self, state: list[Any]) -> Any:
+        if state[2] is None:
+            state[2] = self._client.connection_pool.make_connection()
+        return state[2]
 
 
 def _send(connection: Any, request: bytes | None, args: Sequence[Any]) -> Any:
