@@ -61,8 +61,17 @@ def _escaped(task_id: str) -> str:
     return task_id.replace("%", "%25").replace("@", "%40")
 
 
+# What follows the task id in the holder ids this process draws, by node name: made once per
+# process (a forked child starts afresh, with its own pid), not on every task.
+_tails: dict[str | None, str] = {}
+os.register_at_fork(after_in_child=_tails.clear)
+
+
 def holder_id(task_id: str, hostname: str | None) -> str:
-    return f"{holder_prefix(task_id, hostname)}{os.getpid()}:{next(_sequence)}"
+    tail = _tails.get(hostname)
+    if tail is None:
+        tail = _tails[hostname] = f"{holder_prefix('', hostname)}{os.getpid()}:"
+    return f"{_escaped(task_id)}{tail}{next(_sequence)}"
 
 
 def process_alive(pid: int) -> bool:

@@ -307,6 +307,8 @@ class KeyBuilder:
     ) -> None:
         self.prefix = prefix
         self.task_name = task_name
+        # Every key of the task starts so: a key is this and a digest (format_key, made once).
+        self._head = format_key(prefix, task_name, "")
         self.source = source if source is not None else f"task {task_name!r}"
         if ":" in task_name:
             # parse_key splits on the last two ':'; the name's head would be read as the prefix.
@@ -376,7 +378,7 @@ class KeyBuilder:
         func = self._func
         if func is not None:
             text = self._call(func, task, args, kwargs)
-            return format_key(self.prefix, self.task_name, digest(text))
+            return self._head + digest(text)
         arguments = self._bind_plain(args, kwargs)
         if arguments is None:
             try:
@@ -397,7 +399,7 @@ class KeyBuilder:
         ]
         # self._names is sorted: the same text as canonical() of the dict {name: value}.
         text = '["dict",[' + ",".join(entries) + "]]"
-        return format_key(self.prefix, self.task_name, digest(text))
+        return self._head + digest(text)
 
     def _bind_plain(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
         """What ``Signature.bind`` then ``apply_defaults`` give for a signature of named

@@ -95,7 +95,7 @@ class SingletonTask(Task[Any, Any]):
         options = plan.options
         # A task locked at enqueue (or re-published) carries its key: JSON may have changed its
         # arguments' types since. Kept on the request, so a retry carries it on.
-        key = fields.get(KEY_HEADER) or plan.key(self, args, kwargs)
+        key = fields.get(KEY_HEADER) or plan.keys.key(args, kwargs, self)
         fields[KEY_HEADER] = key
         fields[INFO_FIELD] = None  # until it holds the lock: never while it runs unlocked
         try:

@@ -82,7 +82,7 @@ class LockEngine(BatchRenewal):
         if fencing:
             keep = str(max(FENCE_KEEP_MS, 2 * int(ttl)))
             reply = self._script(self._acquire, [key, fence_key(key)], *args, keep)
-        elif expect_free and self._set_nx(key, holder, ttl):
+        elif expect_free and self.take(key, holder, ttl_ms):
             return AcquireResult(AcquireStatus.TAKEN, holder)
         else:
             reply = self._script(self._acquire, key, *args)
@@ -96,7 +96,13 @@ class LockEngine(BatchRenewal):
     def take(self, key: str, holder: str, ttl_ms: int) -> bool:
         """Take a free ``key`` for ``holder`` (``SET NX PX``): True when taken; False when
         it is held, by anyone (``acquire`` then tells re-entry and take-over apart)."""
-        return self._set_nx(key, holder, ttl_arg(ttl_ms))
+        ttl = ttl_arg(ttl_ms)
+        direct = self._direct
+        if direct is not None:
+            encoding = direct.encoding
+            request = resp.set_nx_px(key.encode(encoding), holder.encode(encoding), ttl.encode("ascii"))
+            return direct.send(request, ("SET", key, holder, "NX", "PX", ttl)) is not None
+        return bool(self.client.set(key, holder, nx=True, px=int(ttl)))
 
     def release(self, key: str, holder: str, *, notify: str | None = None) -> bool:
         """Delete ``key`` if ``holder`` still has it; PUBLISH the key on ``notify`` if given.
@@ -116,15 +122,6 @@ class LockEngine(BatchRenewal):
         """Make ``to`` the holder of ``key`` (TTL ``ttl_ms``) if ``holder`` still has it: how
         an execution hands its lock to the next run of its task id."""
         return bool(self._script(self._transfer, key, holder, to, ttl_arg(ttl_ms)) == 1)
-
-    def _set_nx(self, key: str, holder: str, ttl: str) -> bool:
-        """``SET key holder NX PX ttl``: True when it took the key."""
-        direct = self._direct
-        if direct is not None:
-            encoding = direct.encoding
-            request = resp.set_nx_px(key.encode(encoding), holder.encode(encoding), ttl.encode("ascii"))
-            return direct.send(request, ("SET", key, holder, "NX", "PX", ttl)) is not None
-        return bool(self.client.set(key, holder, nx=True, px=int(ttl)))
 
     def _script(self, script: Script, key: str | list[str], *args: str) -> Any:
         """One call of ``script`` on ``key`` (or keys of one slot), on the direct connection

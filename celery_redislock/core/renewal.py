@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections import Counter
 from typing import Callable, Literal, Optional
 
 import redis
@@ -52,28 +51,33 @@ class Renewer:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        # Guards _held. Held only for dict operations: never across a network call.
+        # Guards _held and _renewing. Held only for dict operations: never across a network call.
         self._mutex = threading.Lock()
-        # Held for a whole renewal cycle. discard() takes it, so a lease released just after
-        # discard() can never be re-taken by a cycle that was already in flight.
+        # Held for a whole renewal cycle: a discard() that finds a cycle in flight waits for it,
+        # so a lease released just after discard() can never be re-taken by that cycle.
         self._cycle = threading.Lock()
-        self._held: dict[LeaseEngine, dict[tuple[str, str], tuple[Lease, float]]] = {}
-        # How many held leases asked for each interval: the shortest is found without a scan
-        # of every lease, so adding one is O(1) however many this process holds.
-        self._intervals: Counter[float] = Counter()
+        # Whether a cycle has taken its batch and not finished (set and read under _mutex).
+        self._renewing = False
+        # Every held lease, and the interval it asked for, by (engine, key, holder): one flat
+        # dict, so a pool child's add and discard of its one lock a task are one dict operation
+        # each. The shortest interval is found by the thread, once a cycle (a cycle walks every
+        # lease anyway), not kept up to date on each add.
+        self._held: dict[tuple[LeaseEngine, str, str], tuple[Lease, float]] = {}
         # The interval the thread waits for now, or will once woken (None: not started). A lease
         # asking for no shorter one need not wake it: a worker's every task would cost a thread
         # switch.
         self._waiting: float | None = None
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        #: True once stop() was called (a plain attribute: get_renewer reads it every task).
+        self.stopped = False
         self._thread: threading.Thread | None = None
 
     # -- what is held ---------------------------------------------------------------------
 
     def add(self, engine: LeaseEngine, lease: Lease, interval: float) -> None:
         """Renew ``lease`` every ``interval`` seconds (or more often) until discarded."""
-        entry = (lease.key, lease.holder)
+        entry = (engine, lease.key, lease.holder)
         with self._mutex:
             waiting = self._waiting
             wake = waiting is None or interval < waiting
@@ -82,15 +86,7 @@ class Renewer:
                 # its lease by then, and a thread that found nothing held would wait on no
                 # interval, so the next task would wake it again (a thread switch per task).
                 self._waiting = interval
-            leases = self._held.get(engine)
-            if leases is None:
-                leases = self._held[engine] = {}
-            previous = leases.get(entry)
-            if previous is not None:
-                self._forget_interval(previous[1])
-            leases[entry] = (lease, interval)
-            intervals = self._intervals
-            intervals[interval] = intervals.get(interval, 0) + 1
+            self._held[entry] = (lease, interval)
             started = self._thread is not None
         if wake:
             self._wake.set()  # the thread waits for a longer interval: make it re-read
@@ -100,12 +96,17 @@ class Renewer:
     def discard(self, engine: LeaseEngine, lease: Lease) -> bool:
         """Stop renewing ``lease``; returns False if it was not held. Waits for a renewal
         cycle in flight, so call it before releasing the lock in Redis."""
-        with self._cycle, self._mutex:
-            return self._pop_locked(engine, lease) is not None
+        with self._mutex:
+            found = self._held.pop((engine, lease.key, lease.holder), None) is not None
+            renewing = self._renewing
+        if renewing:  # the cycle in flight may have it in its batch: let it end first
+            with self._cycle:
+                pass
+        return found
 
     def held(self) -> list[tuple[LeaseEngine, Lease]]:
         with self._mutex:
-            return [(engine, lease) for engine, leases in self._held.items() for lease, _ in leases.values()]
+            return [(entry[0], lease) for entry, (lease, _) in self._held.items()]
 
     def interval(self) -> float | None:
         """The current renewal interval in seconds; None when nothing is held."""
@@ -113,24 +114,7 @@ class Renewer:
             return self._interval_locked()
 
     def _interval_locked(self) -> float | None:
-        return min(self._intervals) if self._intervals else None
-
-    def _pop_locked(self, engine: LeaseEngine, lease: Lease) -> tuple[Lease, float] | None:
-        leases = self._held.get(engine)
-        entry = leases.pop((lease.key, lease.holder), None) if leases else None
-        if entry is not None:
-            self._forget_interval(entry[1])
-            if not leases:
-                del self._held[engine]
-        return entry
-
-    def _forget_interval(self, interval: float) -> None:
-        intervals = self._intervals
-        left = intervals[interval] - 1
-        if left:
-            intervals[interval] = left
-        else:
-            del intervals[interval]
+        return min((interval for _, interval in self._held.values()), default=None)
 
     # -- renewal --------------------------------------------------------------------------
 
@@ -138,21 +122,29 @@ class Renewer:
         """Run one renewal cycle: every held lease, one round trip per engine."""
         report = RenewReport()
         with self._cycle:
+            batches: dict[LeaseEngine, list[Lease]] = {}
             with self._mutex:
-                batches = [
-                    (engine, [lease for lease, _ in leases.values()]) for engine, leases in self._held.items()
-                ]
-            for engine, leases in batches:
-                try:
-                    outcome = engine.renew_many(leases)
-                except redis.RedisError as exc:
-                    counters.incr("redis_errors")
-                    logger.warning(
-                        "Could not renew %d lock(s): %r; the next cycle tries again", len(leases), exc
-                    )
-                    continue
-                self._report(engine, outcome)
-                report.merge(outcome)
+                self._renewing = True
+                for (engine, _, _), (lease, _) in self._held.items():
+                    batch = batches.get(engine)
+                    if batch is None:
+                        batch = batches[engine] = []
+                    batch.append(lease)
+            try:
+                for engine, leases in batches.items():
+                    try:
+                        outcome = engine.renew_many(leases)
+                    except redis.RedisError as exc:
+                        counters.incr("redis_errors")
+                        logger.warning(
+                            "Could not renew %d lock(s): %r; the next cycle tries again", len(leases), exc
+                        )
+                        continue
+                    self._report(engine, outcome)
+                    report.merge(outcome)
+            finally:
+                with self._mutex:
+                    self._renewing = False
         return report
 
     def _report(self, engine: LeaseEngine, outcome: RenewReport) -> None:
@@ -168,7 +160,7 @@ class Renewer:
             counters.incr("lost")
             logger.error("Lost lock %s held by %s: it is now held by %s", lease.key, lease.holder, other)
             with self._mutex:  # someone else's now: stop renewing it
-                self._pop_locked(engine, lease)
+                self._held.pop((engine, lease.key, lease.holder), None)
             _tell("lost", lease, other or None)
 
     def _run(self) -> None:
@@ -193,12 +185,9 @@ class Renewer:
             self._thread = threading.Thread(target=self._run, name="redislock-renewal", daemon=True)
             self._thread.start()
 
-    @property
-    def stopped(self) -> bool:
-        return self._stopping.is_set()
-
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the thread (held leases stay in Redis until released or expired)."""
+        self.stopped = True
         self._stopping.set()
         self._wake.set()
         thread = self._thread

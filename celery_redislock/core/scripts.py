@@ -83,8 +83,9 @@ class DirectConnection:
         self._client = client
         #: How this client encodes str arguments (what a packed request must use too).
         self.encoding: str = client.get_encoder().encoding
-        # [pid, mutex, the connection once made]: replaced whole in a forked child.
-        self._state: list[Any] | None = None
+        # (pid, mutex, connection): replaced whole in a forked child. The connection is made
+        # with it (redis-py connects it on its first command), so a command looks nothing up.
+        self._state: tuple[int, threading.Lock, Any] | None = None
 
     @classmethod
     def for_client(cls, client: Client) -> DirectConnection | None:
@@ -96,7 +97,7 @@ class DirectConnection:
 
     def connection(self) -> Any:
         """This process's connection (made on first use, connected on first command)."""
-        return self._made(self._own())
+        return self._own()[2]
 
     def execute(self, *args: Any) -> Any:
         """Send one command and read its reply; raises redis-py's errors. The reply is not put
@@ -109,13 +110,11 @@ class DirectConnection:
         """``execute(*args)``, with ``request`` the command packed already (in
         ``self.encoding``), or None to pack ``args``; a connection that is not a raw socket's,
         or a thread that finds this one busy, sends ``args`` through redis-py."""
-        state = self._own()
-        mutex = state[1]
+        _, mutex, connection = self._own()
         if not mutex.acquire(False):
             # In use by another thread: the pool has connections to spare.
             return self._client.execute_command(*args)  # type: ignore[no-untyped-call]
         try:
-            connection = self._made(state)
             try:
                 return _send(connection, request, args)
             except Exception as error:
@@ -144,17 +143,13 @@ class DirectConnection:
         except NoScriptError:
             return self.execute("EVAL", script.script, len(keys), *keys, *args)
 
-    def _own(self) -> list[Any]:
+    def _own(self) -> tuple[int, threading.Lock, Any]:
         """This process's state: a forked child makes its own."""
         state = self._state
         if state is None or state[0] != os.getpid():
-            state = self._state = [os.getpid(), threading.Lock(), None]
+            connection = self._client.connection_pool.make_connection()
+            state = self._state = (os.getpid(), threading.Lock(), connection)
         return state
-
-    def _made(self, state: list[Any]) -> Any:
-        if state[2] is None:
-            state[2] = self._client.connection_pool.make_connection()
-        return state[2]
 
 
 def _send(connection: Any, request: bytes | None, args: Sequence[Any]) -> Any:
