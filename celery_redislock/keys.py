@@ -73,12 +73,6 @@ def _short_repr(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _int_text(value: int) -> str:
-    if value.bit_length() <= _DECIMAL_INT_BITS:
-        return int.__repr__(value)
-    return '"' + hex(value) + '"'
-
-
 def _canon(value: Any, depth: int, active: set[int]) -> str:
     # Exact types first: they are nearly all real task arguments, and subclasses
     # (IntEnum, StrEnum) must reach the Enum branch before the int/str ones.
@@ -86,7 +80,9 @@ def _canon(value: Any, depth: int, active: set[int]) -> str:
     if cls is str:
         return '["str",' + _quote(value) + "]"
     if cls is int:
-        return '["int",' + _int_text(value) + "]"
+        if value.bit_length() <= _DECIMAL_INT_BITS:
+            return '["int",' + int.__repr__(value) + "]"
+        return '["int","' + hex(value) + '"]'
     if value is None:
         return '["none"]'
     if cls is bool:
@@ -104,12 +100,13 @@ def _canon(value: Any, depth: int, active: set[int]) -> str:
         except _Unsupported as exc:
             exc.path.append(".value")
             raise
+    # A subclass of str, int or float: as an exact copy of its value (the branches above).
     if isinstance(value, str):
-        return '["str",' + _quote(str.__str__(value)) + "]"
+        return _canon(str.__str__(value), depth, active)
     if isinstance(value, int):  # bool is handled above: it cannot be subclassed
-        return '["int",' + _int_text(value) + "]"
+        return _canon(int.__index__(value), depth, active)
     if isinstance(value, float):
-        return '["float","' + float.__repr__(value) + '"]'
+        return _canon(float.__float__(value), depth, active)
     if isinstance(value, (bytes, bytearray)):
         return '["bytes","' + bytes(value).hex() + '"]'
 
@@ -393,10 +390,9 @@ class KeyBuilder:
             bound.apply_defaults()
             arguments = bound.arguments
         task_name = self.task_name
-        entries = [
-            _entry(name_text, canonical(arguments[name], task=task_name, argument=name))
-            for name_text, name in self._names
-        ]
+        entries = []  # a loop, not a comprehension: no function call a key in Python < 3.12
+        for name_text, name in self._names:
+            entries.append(_entry(name_text, canonical(arguments[name], task=task_name, argument=name)))
         # self._names is sorted: the same text as canonical() of the dict {name: value}.
         text = '["dict",[' + ",".join(entries) + "]]"
         return self._head + digest(text)

@@ -159,13 +159,16 @@ def _send(connection: Any, request: bytes | None, args: Sequence[Any]) -> Any:
         # As redis-py does before a command: a connection idle longer than its health
         # check interval is PINGed first (a stale one reconnects before the real call).
         interval = connection.health_check_interval
-        if interval and time.monotonic() > connection.next_health_check:
+        now = time.monotonic() if interval else 0.0
+        if interval and now > connection.next_health_check:
             connection.check_health()
         if request is None:
             request = resp.pack(args, connection.encoder.encoding)
         reply = resp.call(connection, request)
         if interval:
-            connection.next_health_check = time.monotonic() + interval
+            # Counted from before the call (one clock read a command, not two): the next
+            # check comes at most one round trip early.
+            connection.next_health_check = now + interval
         return reply
     # is_connected is redis-py >= 6; before it, the socket attribute says the same.
     if not getattr(connection, "is_connected", getattr(connection, "_sock", None) is not None):
