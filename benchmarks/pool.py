@@ -1,0 +1,76 @@
+"""The throughput ratios of several runs of ``python -m benchmarks`` taken together.
+
+    python -m benchmarks.pool first/results.json second/results.json [...]
+
+One run's median ratio moves by a few points from run to run on a shared 2-core machine, more
+than the difference between two variants close to each other: two runs are the least to rank
+them by. This pools the paired repeats of every run given (each repeat's tasks/s over plain's
+in that same repeat) and reports, per scenario and variant, the median ratio over all of them
+and its 95 % interval, as one run's report does for its own repeats, and each run's median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .harness import _paired_ci, _paired_ratio
+from .report import LABELS
+
+#: The throughput scenarios of a run, as its results.json names them, and their titles.
+SCENARIOS = {"uncontended": "sent and waited for", "backlog": "backlog drained"}
+
+
+def pooled(runs: list[dict[str, Any]], scenario: str, variant: str) -> dict[str, Any] | None:
+    """The pooled median ratio of ``variant`` to plain in ``scenario``, its interval and each
+    run's median; None when some run has no repeats of it (a peer not installed there)."""
+    values: list[float] = []
+    plain: list[float] = []
+    each = []
+    for run in runs:
+        rows = run.get(scenario, {})
+        if variant not in rows or "plain" not in rows:
+            return None
+        values += rows[variant]["runs"]
+        plain += rows["plain"]["runs"]
+        each.append(rows[variant]["ratio"])
+    return {"ratio": _paired_ratio(values, plain), "ratio_ci": _paired_ci(values, plain), "runs": each}
+
+
+def table(runs: list[dict[str, Any]]) -> str:
+    lines = []
+    for scenario, title in SCENARIOS.items():
+        repeats = sum(len(run.get(scenario, {}).get("plain", {}).get("runs", [])) for run in runs)
+        lines += [f"{title}: {repeats} repeats of {len(runs)} runs", ""]
+        lines += ["| variant | pooled vs plain (95 % interval) | each run |", "|---|---:|---:|"]
+        for variant, label in LABELS.items():
+            row = pooled(runs, scenario, variant)
+            if row is None or variant == "plain":
+                continue
+            low, high = row["ratio_ci"]
+            each = ", ".join(f"{ratio:.2f}x" for ratio in row["runs"])
+            lines.append(f"| {label} | {row['ratio']:.3f}x ({low:.3f}-{high:.3f}) | {each} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.pool", description=__doc__)
+    parser.add_argument("results", nargs="+", type=Path, help="results.json of each run")
+    args = parser.parse_args(argv)
+    runs = []
+    for path in args.results:
+        try:
+            runs.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            print(f"python -m benchmarks.pool: cannot read {path}: {exc}", file=sys.stderr)
+            return 2
+    print(table(runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
