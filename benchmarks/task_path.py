@@ -74,9 +74,13 @@ def make_app() -> tuple[Celery, Task[Any, Any], Task[Any, Any]]:
     def noop(i: int) -> int:
         return i
 
-    plain = app.task(name="task_path.plain", shared=False)(noop)
-    locked = app.task(name="task_path.locked", base=SingletonTask, shared=False)(noop)
+    app.task(name="task_path.plain", shared=False)(noop)
+    app.task(name="task_path.locked", base=SingletonTask, shared=False)(noop)
     app.finalize()
+    # The tasks themselves, as a worker builds its tracers from the registry: what app.task
+    # returned before finalize() is a proxy, whose every attribute and call goes through
+    # Celery's Proxy (a custom __call__'s tracer calls the task through it on every task).
+    plain, locked = app.tasks["task_path.plain"], app.tasks["task_path.locked"]
     engine = LockEngine(redis.Redis(port=1))
     assert engine._direct is not None
     connection = engine._direct.connection()
