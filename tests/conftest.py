@@ -1,6 +1,6 @@
-"""Shared by the whole suite: hypothesis profiles, and the fixtures of the integration and
-worker tests for the session's Sentinel set and cluster (from celery_redislock.contrib.testing),
-flushed after each test that used them.
+"""Shared by the whole suite: hypothesis profiles, the fixtures of the integration and worker
+tests for the session's Sentinel set and cluster (from celery_redislock.contrib.testing),
+flushed after each test that used them, and ``in_forked_child``.
 
 Hypothesis profiles:
 
@@ -14,7 +14,7 @@ No deadline in either: the machine running the suite may be busy, and a slow exa
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -50,3 +50,30 @@ def sentinels(redislock_sentinel: SentinelSet) -> Iterator[SentinelSet]:
 def cluster(redislock_cluster: ClusterSet) -> Iterator[ClusterSet]:
     yield redislock_cluster
     redislock_cluster.flush()
+
+
+@pytest.fixture
+def in_forked_child() -> Callable[[Callable[[], bool]], bool]:
+    """Runs a check in a forked child of the test's process; returns what the check returned
+    (False if it raised)."""
+    if not hasattr(os, "fork"):
+        pytest.skip("needs fork")
+
+    def run(check: Callable[[], bool]) -> bool:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: report, then leave at once (no test teardown in the child)
+            try:
+                ok = check()
+            except BaseException:
+                ok = False
+            os.write(write, b"1" if ok else b"0")
+            os._exit(0)
+        os.close(write)
+        try:
+            return os.read(read, 1) == b"1"
+        finally:
+            os.close(read)
+            os.waitpid(pid, 0)
+
+    return run

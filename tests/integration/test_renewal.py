@@ -175,19 +175,9 @@ def test_stop_ends_the_thread(engine: LockEngine) -> None:
     assert get_renewer() is not renewer
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_forked_child_gets_its_own_renewer() -> None:
+def test_a_forked_child_gets_its_own_renewer(in_forked_child: Callable[[Callable[[], bool]], bool]) -> None:
     parent = get_renewer()
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: report whether it got a fresh renewer, then leave at once
-        ok = get_renewer() is not parent and get_renewer().pid == os.getpid()
-        os.write(write, b"1" if ok else b"0")
-        os._exit(0)
-    os.close(write)
-    assert os.read(read, 1) == b"1"
-    os.close(read)
-    os.waitpid(pid, 0)
+    assert in_forked_child(lambda: get_renewer() is not parent and get_renewer().pid == os.getpid())
 
 
 def test_the_interval_is_the_shortest_of_the_leases_still_held(renewer: Renewer, engine: LockEngine) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -34,19 +35,13 @@ def test_a_task_id_is_never_the_prefix_of_another_ones_holders() -> None:
     assert not holder_id("a", "x@h").startswith(any_delivery_prefix("a@x"))
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_forked_child_draws_holder_ids_naming_its_own_pid() -> None:
+def test_a_forked_child_draws_holder_ids_naming_its_own_pid(
+    in_forked_child: Callable[[Callable[[], bool]], bool],
+) -> None:
     holder_id("t", "celery@host")  # the parent has drawn one for this node: its pid is kept
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: report whether its holder id names it, then leave at once
-        ok = local_pid(holder_id("t", "celery@host"), "t", "celery@host") == os.getpid()
-        os.write(write, b"1" if ok else b"0")
-        os._exit(0)
-    os.close(write)
-    assert os.read(read, 1) == b"1"
-    os.close(read)
-    os.waitpid(pid, 0)
+    assert in_forked_child(
+        lambda: local_pid(holder_id("t", "celery@host"), "t", "celery@host") == os.getpid()
+    )
 
 
 def test_only_this_worker_instances_holders_have_a_local_pid() -> None:
