@@ -390,7 +390,7 @@ class KeyBuilder:
             bound.apply_defaults()
             arguments = bound.arguments
         task_name = self.task_name
-        entries = []  # a loop, not a comprehension: no function call a key in Python < 3.12
+        entries = []  # a loop, not a comprehension: before Python 3.12 a comprehension is a call
         for name_text, name in self._names:
             entries.append(_entry(name_text, canonical(arguments[name], task=task_name, argument=name)))
         # self._names is sorted: the same text as canonical() of the dict {name: value}.
