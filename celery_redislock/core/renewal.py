@@ -126,10 +126,7 @@ class Renewer:
             with self._mutex:
                 self._renewing = True
                 for (engine, _, _), (lease, _) in self._held.items():
-                    batch = batches.get(engine)
-                    if batch is None:
-                        batch = batches[engine] = []
-                    batch.append(lease)
+                    batches.setdefault(engine, []).append(lease)
             try:
                 for engine, leases in batches.items():
                     try:

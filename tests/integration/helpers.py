@@ -16,7 +16,7 @@ import redis
 
 from celery_redislock.contrib.testing import poll
 
-__all__ = ["contenders", "inside_function", "killed_holder", "poll"]
+__all__ = ["contenders", "inside_function", "killed_holder", "poll", "script_calls"]
 
 
 #: A contender process: ``python -c CONTENDER url tag kind name limit threads rounds hold``.
@@ -163,3 +163,9 @@ def killed_holder(
         process.wait(10)
     assert isinstance(dead, bytes)
     return dead
+
+
+def script_calls(client: redis.Redis) -> int:
+    """EVALSHA calls the server has served (none yet on a fresh server: no entry at all)."""
+    stats = client.info("commandstats").get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0))

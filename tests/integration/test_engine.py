@@ -13,6 +13,8 @@ from celery_redislock.contrib.testing import RedisServer, counting_client
 from celery_redislock.core import AcquireStatus, Lease, LockEngine
 from celery_redislock.core.scripts import RENEW_CHUNK
 
+from .helpers import script_calls
+
 
 def poll(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
     """True as soon as ``condition()`` is; False if the deadline passes first."""
@@ -190,14 +192,14 @@ def test_batch_renewal_of_10000_locks_is_one_round_trip_of_chunked_calls(
     for lease in stolen:
         redislock_redis.set(lease.key, "intruder", px=60_000)
     engine.renew_many([Lease("lock:warm", "w", 1000)])  # load the script outside the count
-    before = redislock_redis.info("commandstats")["cmdstat_evalsha"]["calls"]
+    before = script_calls(redislock_redis)
     trips.count = 0
 
     report = engine.renew_many([Lease(lease.key, lease.holder, 60_000) for lease in leases])
 
     assert trips.count == 1
     # Cut into script calls of RENEW_CHUNK locks (Redis serves others between two), pipelined.
-    assert redislock_redis.info("commandstats")["cmdstat_evalsha"]["calls"] - before == 10_000 // RENEW_CHUNK
+    assert script_calls(redislock_redis) - before == 10_000 // RENEW_CHUNK
     assert len(report.renewed) == 10_000 - 20
     assert [lease.key for lease in report.retaken] == [lease.key for lease in gone]
     assert [(lease.key, holder) for lease, holder in report.stolen] == [

@@ -16,6 +16,8 @@ from celery_redislock.core import Lease, LockEngine
 from celery_redislock.core.renewal import Renewer, get_renewer
 from celery_redislock.stats import counters
 
+from .helpers import script_calls
+
 
 def poll(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout
@@ -24,12 +26,6 @@ def poll(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.01)
     return condition()
-
-
-def script_calls(client: redis.Redis) -> int:
-    """EVALSHA calls the server has served (none yet on a fresh server: no entry at all)."""
-    stats = client.info("commandstats").get("cmdstat_evalsha", {})
-    return int(stats.get("calls", 0))
 
 
 @pytest.fixture
