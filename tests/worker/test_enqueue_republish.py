@@ -221,7 +221,12 @@ def test_a_chord_of_identical_members_ends_instead_of_hanging(
     start("-c", "2")
     held = client.tasks["rep.held"]
     result = chord([held.s("c"), held.s("c")])(client.tasks["rep.collect"].s())
-    wait_started(coord, "c")
+    [(_, ran)] = wait_started(coord, "c")
+    # The gate opens only once the other member has been refused: opened sooner, the first
+    # member could end before the second reached its worker, and then both would run.
+    [skipped] = [member for member in result.parent.results if member.id != ran]
+    with pytest.raises(DuplicateTaskError, match=ran):
+        skipped.get(timeout=10)
     open_gate(coord, "c")
     with pytest.raises(DuplicateTaskError):
         result.get(timeout=15)
