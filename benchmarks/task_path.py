@@ -59,6 +59,9 @@ class CannedSocket:
     def recv(self, size: int) -> bytes:
         return self._reply
 
+    def gettimeout(self) -> None:
+        return None  # as a socket whose timeout the kernel keeps (core.resp.kernel_timeouts)
+
 
 def make_app() -> tuple[Celery, Task[Any, Any], Task[Any, Any]]:
     app = Celery("task_path", set_as_current=False)

@@ -19,19 +19,46 @@ a reply left unread would be taken for the next command's.
 from __future__ import annotations
 
 import socket
+import struct
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from redis._parsers.base import BaseParser
 from redis.exceptions import ConnectionError, TimeoutError
 
-__all__ = ["call", "evalsha", "pack", "set_nx_px"]
+__all__ = ["KERNEL_TIMEOUTS", "call", "evalsha", "kernel_timeouts", "pack", "set_nx_px"]
 
 _CRLF = b"\r\n"
 # The replies of a task's two commands, as whole reads: SET NX took the key / found it held,
 # the release deleted it / did not (RESP2 and RESP3 spellings).
 _WHOLE: dict[bytes, Any] = {b"+OK\r\n": b"OK", b"$-1\r\n": None, b"_\r\n": None, b":1\r\n": 1, b":0\r\n": 0}
 _READ_SIZE = 65536
+
+
+#: Whether ``kernel_timeouts`` can move a socket's timeout into the kernel here: Linux, where
+#: ``SO_RCVTIMEO`` takes a ``struct timeval`` of two longs.
+KERNEL_TIMEOUTS = sys.platform == "linux" and struct.calcsize("l") == 8
+
+
+def kernel_timeouts(sock: socket.socket) -> None:
+    """Make ``sock``'s timeout (Python's, as redis-py set it) the kernel's instead.
+
+    A Python socket with a timeout asks ``poll()`` before every ``send`` and ``recv``: a
+    system call more each, four a task for a lock's two round trips. A blocking socket whose
+    ``SO_RCVTIMEO`` and ``SO_SNDTIMEO`` say the same timeout makes the kernel time each call
+    out instead (``call`` reads that as a ``TimeoutError``, as before). Only for a plain TCP or
+    unix socket: a TLS socket keeps Python's timeout. Harmless when redis-py sets its own
+    timeout again later (its reads with a timeout of their own do): both then apply, and the
+    next ``call`` moves it again."""
+    timeout = sock.gettimeout()
+    if timeout is None:
+        return
+    seconds = int(timeout)
+    timeval = struct.pack("ll", seconds, int((timeout - seconds) * 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+    sock.settimeout(None)
 
 
 class _Incomplete(Exception):
@@ -96,7 +123,7 @@ def call(connection: Any, request: bytes) -> Any:
             buffer = buffer[end:] or sock.recv(_READ_SIZE)
         if end != len(buffer):
             dirty = True  # more than one reply: never ours, start the next call clean
-    except socket.timeout:
+    except (socket.timeout, BlockingIOError):  # Python's timeout, or the kernel's
         connection.disconnect()
         raise TimeoutError(f"Timeout reading from {_where(connection)}") from None
     except _Unexpected as exc:

@@ -3,7 +3,6 @@ process for the hot path, renewal batches cut into chunks pipelined in one round
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -16,6 +15,7 @@ from redis.exceptions import NoScriptError
 
 from . import resp
 from .leases import Client, Lease, RenewReport, as_text
+from .process import pid
 
 __all__ = [
     "ACQUIRE",
@@ -59,6 +59,8 @@ SEM_STATE = load_script("sem_state.lua")
 #: socket and nothing more. A subclass (a Sentinel-managed connection, which must drop a
 #: demoted master at its first READONLY reply, or a user's own) keeps redis-py's path.
 _RAW_CONNECTIONS = frozenset({redis.Connection, redis.SSLConnection, redis.UnixDomainSocketConnection})
+_TLS = redis.SSLConnection
+_KERNEL_TIMED = resp.KERNEL_TIMEOUTS
 
 
 class DirectConnection:
@@ -146,9 +148,9 @@ class DirectConnection:
     def _own(self) -> tuple[int, threading.Lock, Any]:
         """This process's state: a forked child makes its own."""
         state = self._state
-        if state is None or state[0] != os.getpid():
+        if state is None or state[0] != pid():
             connection = self._client.connection_pool.make_connection()
-            state = self._state = (os.getpid(), threading.Lock(), connection)
+            state = self._state = (pid(), threading.Lock(), connection)
         return state
 
 
@@ -164,6 +166,8 @@ def _send(connection: Any, request: bytes | None, args: Sequence[Any]) -> Any:
             connection.check_health()
         if request is None:
             request = resp.pack(args, connection.encoder.encoding)
+        if _KERNEL_TIMED and connection._sock.gettimeout() is not None and type(connection) is not _TLS:
+            resp.kernel_timeouts(connection._sock)  # a new socket: its timeout to the kernel
         reply = resp.call(connection, request)
         if interval:
             # Counted from before the call (one clock read a command, not two): the next

@@ -5,6 +5,8 @@ call and a server push, each leaving the connection's next reply the right one."
 from __future__ import annotations
 
 import signal
+import socket
+import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -101,6 +103,10 @@ def test_a_server_that_does_not_answer_in_time_is_a_timeout_and_a_clean_connecti
 ) -> None:
     direct = direct_on(socket_timeout=0.2, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0))
     first = client_id(direct)
+    if resp.KERNEL_TIMEOUTS:  # here the kernel times the call out, not Python's poll()
+        sock = direct.connection()._sock
+        assert sock.gettimeout() is None
+        assert struct.unpack("ll", sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16)) == (0, 200_000)
     redislock_redis.execute_command("CLIENT", "PAUSE", 1500, "ALL")
     try:
         with pytest.raises(redis.TimeoutError):
@@ -110,6 +116,19 @@ def test_a_server_that_does_not_answer_in_time_is_a_timeout_and_a_clean_connecti
     # The late reply is never read as the next command's: the connection was dropped.
     assert direct.execute("ECHO", "on time") == b"on time"
     assert client_id(direct) != first
+
+
+@pytest.mark.skipif(not resp.KERNEL_TIMEOUTS, reason="Python's timeouts here")
+def test_a_timeout_set_on_the_socket_again_moves_to_the_kernel_at_the_next_call(
+    direct_on: Callable[..., DirectConnection],
+) -> None:
+    direct = direct_on(socket_timeout=5)
+    client_id(direct)
+    sock = direct.connection()._sock
+    sock.settimeout(0.5)  # as redis-py does after a read with a timeout of its own
+    assert direct.execute("ECHO", "x") == b"x"
+    assert sock.gettimeout() is None
+    assert struct.unpack("ll", sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, 16)) == (0, 500_000)
 
 
 class Interrupted(BaseException):
