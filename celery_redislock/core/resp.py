@@ -48,11 +48,12 @@ def kernel_timeouts(sock: socket.socket) -> None:
     system call more each, four a task for a lock's two round trips. A blocking socket whose
     ``SO_RCVTIMEO`` and ``SO_SNDTIMEO`` say the same timeout makes the kernel time each call
     out instead (``call`` reads that as a ``TimeoutError``, as before). Only for a plain TCP or
-    unix socket: a TLS socket keeps Python's timeout. Harmless when redis-py sets its own
-    timeout again later (its reads with a timeout of their own do): both then apply, and the
-    next ``call`` moves it again."""
+    unix socket: a TLS socket keeps Python's timeout, and so does a cooperative one (gevent's,
+    eventlet's: its descriptor stays non-blocking, where the kernel's timeout never applies).
+    Harmless when redis-py sets its own timeout again later (its reads with a timeout of their
+    own do): both then apply, and the next ``call`` moves it again."""
     timeout = sock.gettimeout()
-    if timeout is None:
+    if timeout is None or type(sock).__module__ != "socket":  # not the standard library's socket
         return
     seconds = int(timeout)
     timeval = struct.pack("ll", seconds, int((timeout - seconds) * 1_000_000))

@@ -7,6 +7,8 @@ from __future__ import annotations
 import signal
 import socket
 import struct
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -129,6 +131,47 @@ def test_a_timeout_set_on_the_socket_again_moves_to_the_kernel_at_the_next_call(
     assert direct.execute("ECHO", "x") == b"x"
     assert sock.gettimeout() is None
     assert struct.unpack("ll", sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, 16)) == (0, 500_000)
+
+
+GEVENT_TIMEOUT = """
+from gevent import monkey; monkey.patch_all()
+import sys, redis
+from celery_redislock.core.scripts import DirectConnection
+client = redis.Redis.from_url(sys.argv[1], socket_timeout=0.2, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0))
+direct = DirectConnection.for_client(client)
+direct.execute("PING")
+print("ready", flush=True)
+sys.stdin.readline()  # the server is paused now
+try:
+    direct.execute("ECHO", "late")
+except redis.TimeoutError:
+    print("timeout")
+"""
+
+
+def test_a_cooperative_socket_keeps_its_own_timeout(redislock_url: str, redislock_redis: redis.Redis) -> None:
+    # gevent's socket keeps its descriptor non-blocking, where SO_RCVTIMEO never applies: made
+    # blocking, a call to a server that does not answer would wait forever.
+    pytest.importorskip("gevent")
+    child = subprocess.Popen(
+        [sys.executable, "-c", GEVENT_TIMEOUT, redislock_url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "ready"
+        redislock_redis.execute_command("CLIENT", "PAUSE", 1500, "ALL")
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        out, _ = child.communicate(timeout=10)  # its 0.2 s timeout, before the pause ends
+        assert out.strip() == "timeout"
+    finally:
+        redislock_redis.execute_command("CLIENT", "UNPAUSE")
+        if child.poll() is None:
+            child.kill()
+            child.wait()
 
 
 class Interrupted(BaseException):
