@@ -53,10 +53,12 @@ def kernel_timeouts(sock: socket.socket) -> None:
     Harmless when redis-py sets its own timeout again later (its reads with a timeout of their
     own do): both then apply, and the next ``call`` moves it again."""
     timeout = sock.gettimeout()
-    if timeout is None or type(sock).__module__ != "socket":  # not the standard library's socket
+    # Not a timeout the kernel's can say: none, or 0 (non-blocking: a zero timeval would mean
+    # "wait forever" there). Nor the standard library's socket.
+    if not timeout or type(sock).__module__ != "socket":
         return
-    seconds = int(timeout)
-    timeval = struct.pack("ll", seconds, int((timeout - seconds) * 1_000_000))
+    seconds, micros = divmod(max(1, round(timeout * 1_000_000)), 1_000_000)
+    timeval = struct.pack("ll", seconds, micros)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
     sock.settimeout(None)
