@@ -53,7 +53,7 @@ def kernel_timeouts(sock: socket.socket) -> None:
     Harmless when redis-py sets its own timeout again later (its reads with a timeout of their
     own do): both then apply, and the next ``call`` moves it again."""
     timeout = sock.gettimeout()
-    # Not a timeout the kernel's can say: none, or 0 (non-blocking: a zero timeval would mean
+    # Not a timeout the kernel can keep: none, or 0 (non-blocking: a zero timeval would mean
     # "wait forever" there). Nor the standard library's socket.
     if not timeout or type(sock).__module__ != "socket":
         return
