@@ -24,7 +24,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -213,38 +214,41 @@ def measure(bench: Bench, variant: str, n: int, start: int) -> Measured:
     )
 
 
+@contextmanager
+def attached(
+    pids: Sequence[int], command: Callable[[int], list[str]]
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """One tracer per process (``command(pid)``: py-spy, strace), attached before the body runs
+    and stopped after it with SIGINT, on which both write their output; waited for."""
+    tracers = [
+        subprocess.Popen(command(pid), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for pid in pids
+    ]
+    time.sleep(1.0)  # tracers attach asynchronously; the batch must not start before they have
+    try:
+        yield tracers
+    finally:
+        for tracer in tracers:
+            tracer.send_signal(signal.SIGINT)
+        for tracer in tracers:
+            tracer.wait(30)
+
+
 def sample(
     bench: Bench, variant: str, n: int, start: int, rate: int, spy: str, keep: Path | None
 ) -> Counter[str]:
     """Run ``n`` tasks of ``variant`` under py-spy (one per child); samples per bucket."""
     assert bench.worker is not None
-    raw = [bench.workdir / f"spy-{pid}.txt" for pid in sorted(bench.worker.children)]
-    spies = [
-        subprocess.Popen(
-            [
-                spy,
-                "record",
-                "--pid",
-                path.stem.removeprefix("spy-"),
-                "--rate",
-                str(rate),
-                "--format",
-                "raw",
-                "-o",
-                str(path),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for path in raw
-    ]
-    time.sleep(1.0)  # py-spy attaches asynchronously; the batch must not start before it
-    bench._run_batch(variant, "noop", [(start + i,) for i in range(n)])
-    for process in spies:
-        process.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+    pids = sorted(bench.worker.children)
+    raw = {pid: bench.workdir / f"spy-{pid}.txt" for pid in pids}
+
+    def spy_on(pid: int) -> list[str]:
+        return [spy, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw", "-o", str(raw[pid])]
+
+    with attached(pids, spy_on) as spies:
+        bench._run_batch(variant, "noop", [(start + i,) for i in range(n)])
     samples: Counter[str] = Counter()
-    for process, path in zip(spies, raw):
-        if process.wait(30) != 0 or not path.exists():
+    for process, path in zip(spies, raw.values()):
+        if process.returncode != 0 or not path.exists():
             raise RuntimeError(f"py-spy failed on pid {path.stem}: is ptrace allowed?")
         samples.update(read_raw(path))
         if keep is not None:

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
 from .harness import Bench, Config
+from .profile_worker import attached
 from .servers import SERVER_CHOICES
 
 
@@ -46,22 +44,13 @@ def count(bench: Bench, variant: str, n: int, start: int, strace: str, workdir: 
     """System calls of ``n`` tasks of ``variant`` in every pool child, summed."""
     assert bench.worker is not None
     bench._run_batch(variant, "noop", [(start - i - 1,) for i in range(min(n, 500))])  # warm-up
-    outputs = [workdir / f"strace-{variant}-{pid}.txt" for pid in sorted(bench.worker.children)]
-    tracers = [
-        subprocess.Popen(
-            [strace, "-c", "-f", "-o", str(path), "-p", path.stem.rsplit("-", 1)[1]],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for path in outputs
-    ]
-    time.sleep(1.0)  # strace attaches asynchronously; the batch must not start before it
-    bench._run_batch(variant, "noop", [(start + i,) for i in range(n)])
-    for tracer in tracers:
-        tracer.send_signal(signal.SIGINT)  # strace detaches and writes its summary
+    pids = sorted(bench.worker.children)
+    outputs = {pid: workdir / f"strace-{variant}-{pid}.txt" for pid in pids}
+    with attached(pids, lambda pid: [strace, "-c", "-f", "-o", str(outputs[pid]), "-p", str(pid)]):
+        bench._run_batch(variant, "noop", [(start + i,) for i in range(n)])
     calls: Counter[str] = Counter()
-    for tracer, path in zip(tracers, outputs):
-        tracer.wait(30)  # its exit status after SIGINT is not 0: its summary tells it worked
+    for path in outputs.values():
+        # strace's exit status after SIGINT is not 0: its summary tells it worked.
         summary = path.read_text() if path.exists() else ""
         if "total" not in summary:
             raise RuntimeError(f"strace wrote no summary for {path.stem}: is ptrace allowed?")

@@ -59,7 +59,6 @@ SEM_STATE = load_script("sem_state.lua")
 #: socket and nothing more. A subclass (a Sentinel-managed connection, which must drop a
 #: demoted master at its first READONLY reply, or a user's own) keeps redis-py's path.
 _RAW_CONNECTIONS = frozenset({redis.Connection, redis.SSLConnection, redis.UnixDomainSocketConnection})
-_KERNEL_TIMED = resp.KERNEL_TIMEOUTS
 
 
 class DirectConnection:
@@ -165,7 +164,7 @@ def _send(connection: Any, request: bytes | None, args: Sequence[Any]) -> Any:
             connection.check_health()
         if request is None:
             request = resp.pack(args, connection.encoder.encoding)
-        if _KERNEL_TIMED and connection._sock.gettimeout() is not None:
+        if resp.KERNEL_TIMEOUTS and connection._sock.gettimeout() is not None:
             resp.kernel_timeouts(connection._sock)  # a new socket: its timeout to the kernel
         reply = resp.call(connection, request)
         if interval:

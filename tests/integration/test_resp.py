@@ -36,6 +36,12 @@ def direct_on(redislock_url: str) -> Iterator[Callable[..., DirectConnection]]:
         client.close()
 
 
+def kernel_timeout(sock: socket.socket, option: int) -> tuple[int, int]:
+    """``(seconds, microseconds)`` of the socket's ``SO_RCVTIMEO`` or ``SO_SNDTIMEO``."""
+    seconds, micros = struct.unpack("ll", sock.getsockopt(socket.SOL_SOCKET, option, 16))
+    return seconds, micros
+
+
 def client_id(direct: DirectConnection) -> int:
     reply = direct.execute("CLIENT", "ID")
     assert isinstance(reply, int)
@@ -108,7 +114,7 @@ def test_a_server_that_does_not_answer_in_time_is_a_timeout_and_a_clean_connecti
     if resp.KERNEL_TIMEOUTS:  # here the kernel times the call out, not Python's poll()
         sock = direct.connection()._sock
         assert sock.gettimeout() is None
-        assert struct.unpack("ll", sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16)) == (0, 200_000)
+        assert kernel_timeout(sock, socket.SO_RCVTIMEO) == (0, 200_000)
     redislock_redis.execute_command("CLIENT", "PAUSE", 1500, "ALL")
     try:
         with pytest.raises(redis.TimeoutError):
@@ -130,7 +136,7 @@ def test_a_timeout_set_on_the_socket_again_moves_to_the_kernel_at_the_next_call(
     sock.settimeout(0.5)  # as redis-py does after a read with a timeout of its own
     assert direct.execute("ECHO", "x") == b"x"
     assert sock.gettimeout() is None
-    assert struct.unpack("ll", sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, 16)) == (0, 500_000)
+    assert kernel_timeout(sock, socket.SO_SNDTIMEO) == (0, 500_000)
 
 
 GEVENT_TIMEOUT = """
