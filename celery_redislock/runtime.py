@@ -29,6 +29,7 @@ __all__ = [
     "reset_runtime",
     "run_function",
     "runtime_for",
+    "send_routes",
     "task_options",
 ]
 
@@ -179,6 +180,21 @@ _runtimes: weakref.WeakKeyDictionary[Celery, Runtime] = weakref.WeakKeyDictionar
 _runtimes_lock = threading.Lock()
 
 
+#: Per app: task name -> how its ``apply_async`` sends (``SingletonTask._send_route``), read
+#: from the settings once, as a runtime reads them. Apart from the runtime: sending a task that
+#: locks at execution reads no lock settings, so a bad lock URL never stops a sender.
+_send_routes: weakref.WeakKeyDictionary[Celery, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def send_routes(app: Celery) -> dict[str, str]:
+    """The app's cache of send routes by task name (filled by ``SingletonTask``)."""
+    routes = _send_routes.get(app)
+    if routes is None:
+        with _runtimes_lock:
+            routes = _send_routes.setdefault(app, {})
+    return routes
+
+
 def runtime_for(app: Celery) -> Runtime:
     """The app's runtime, created (settings read and validated) on first use."""
     runtime = _runtimes.get(app)
@@ -194,3 +210,4 @@ def reset_runtime(app: Celery) -> None:
     """Forget the app's runtime, so changed settings are read again (tests, reconfiguration)."""
     with _runtimes_lock:
         _runtimes.pop(app, None)
+        _send_routes.pop(app, None)

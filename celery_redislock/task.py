@@ -18,7 +18,7 @@ from .keywords import check_keywords
 from .latest import acquire_latest
 from .options import LockOptions
 from .queues import QUEUE_FIELD
-from .runtime import run_function, runtime_for, task_options
+from .runtime import run_function, runtime_for, send_routes, task_options
 
 __all__ = ["KEY_HEADER", "SingletonTask"]
 
@@ -28,6 +28,10 @@ logger = logging.getLogger("celery_redislock.task")
 HELD_FIELD = "redislock_held"
 #: The request attribute a bound task's body reads its lock from (``held.RedisLockInfo``).
 INFO_FIELD = "redislock"
+#: The send route of a task that locks at execution: published as Celery publishes it.
+PUBLISH = "publish"
+#: The other send routes: each one's ``send(task, publish, args, kwargs, task_id, options)``.
+_SENDERS = {"debounce": debounce.send, "latest": latest.send, "enqueue": enqueue.send}
 
 
 class SingletonTask(Task[Any, Any]):
@@ -202,16 +206,31 @@ class SingletonTask(Task[Any, Any]):
         """With ``lock_on="enqueue"``, take the lock before publishing: a new call whose key is
         already queued or running publishes nothing and returns the holder's AsyncResult
         (``enqueue.send``)."""
-        if self.app.conf.task_always_eager or rest:
-            return super().apply_async(args, kwargs, task_id, *rest, **options)
-        if debounce.may_debounce(self):
-            return debounce.send(self, super().apply_async, args, kwargs, task_id, options)
-        if latest.may_keep_latest(self):
-            return latest.send(self, super().apply_async, args, kwargs, task_id, options)
-        if not enqueue.may_lock_at_enqueue(self):
+        route = self._send_route()
+        if route == PUBLISH or rest or self.app.conf.task_always_eager:
             # Most tasks lock at execution: sending them needs no lock settings, no Redis.
             return super().apply_async(args, kwargs, task_id, *rest, **options)
-        return enqueue.send(self, super().apply_async, args, kwargs, task_id, options)
+        send = _SENDERS[route]
+        return send(self, super().apply_async, args, kwargs, task_id, options)
+
+    def _send_route(self) -> str:
+        """How ``apply_async`` sends this task: ``PUBLISH``, or the name of the module whose
+        ``send`` it goes through. Decided from the task's own options and the ``redislock_*``
+        layers, unresolved (the plan decides the rest), once a process (``reset_runtime``
+        forgets it with the settings): asked of Celery's settings, it cost a send 7 lookups."""
+        routes = send_routes(self.app)
+        route = routes.get(self.name)
+        if route is None:
+            if debounce.may_debounce(self):
+                route = "debounce"
+            elif latest.may_keep_latest(self):
+                route = "latest"
+            elif enqueue.may_lock_at_enqueue(self):
+                route = "enqueue"
+            else:
+                route = PUBLISH
+            routes[self.name] = route
+        return route
 
     def _refused_at_send(self, options: LockOptions, key: str, task_id: str, holder: str) -> Any:
         """A new call (``task_id``, not sent) whose key is held: the caller gets the holder's
