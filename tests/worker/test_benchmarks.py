@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.__main__ import main
+from benchmarks.send_path import main as send_path
 
 
 @pytest.mark.slow
@@ -61,3 +62,15 @@ def test_the_task_path_runs_one_batch_alone_for_an_instruction_count() -> None:
     # What --instructions runs under valgrind, three times: one kind's batch, nothing printed.
     for kind in ("none", "locked"):
         assert task_path("--only", kind, "--n", "20").stdout == ""
+
+
+def test_the_send_path_benchmark_sends_each_variant_against_a_real_broker(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert send_path(["--n", "20", "--repeats", "1", "--variants", "redislock,redislock-enqueue"]) == 0
+    table = capsys.readouterr().out
+    for variant in ("plain", "redislock", "redislock-enqueue"):
+        assert f"| {variant} | " in table
+    with pytest.raises(SystemExit):
+        send_path(["--variants", "redislock,nope"])
+    assert "unknown nope" in capsys.readouterr().err
