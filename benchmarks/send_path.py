@@ -3,10 +3,10 @@ one process against a real Redis broker (no worker: the messages stay queued).
 
     python -m benchmarks.send_path [--n 1000] [--repeats 9] [--variants ...] [--redis-server ...]
 
-Batches of each variant's ``bench.<variant>.noop`` (the worker benchmark's own tasks),
-interleaved in an order shuffled per repeat, each call with arguments of its own; the figure is the sender's CPU (user and
-system, ``time.process_time``) per call, median of the batches. A lock taken at send (the
-peers', ``lock_on="enqueue"``) is paid here; a lock taken at execution should cost nothing.
+Batches of each variant's ``bench.<variant>.noop`` (the worker benchmark's own tasks) in an
+order shuffled per repeat, each call with arguments of its own; the figure is the sender's CPU
+(user and system, ``time.process_time``) per call, median of the batches. A lock taken at send
+(the peers', ``lock_on="enqueue"``) is paid here; a lock taken at execution should cost nothing.
 In the worker benchmark's "sent and waited for" scenario the sender shares the two cores with
 the worker, so what a send costs there is taken from the worker.
 """
