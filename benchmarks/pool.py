@@ -7,6 +7,11 @@ than the difference between two variants close to each other: two runs are the l
 them by. This pools the paired repeats of every run given (each repeat's tasks/s over plain's
 in that same repeat) and reports, per scenario and variant, the median ratio over all of them
 and its 95 % interval, as one run's report does for its own repeats, and each run's median.
+
+Then ``SingletonTask`` head to head with each other lock and the floor: each repeat's tasks/s
+over the other's in that same repeat (every variant runs in every repeat), pooled the same
+way. That answers "is it at least as fast as the better peer" directly; two ratios to plain
+carry plain's noise twice, and their intervals overlap long before the two differ.
 """
 
 from __future__ import annotations
@@ -24,20 +29,28 @@ from .report import LABELS
 SCENARIOS = {"uncontended": "sent and waited for", "backlog": "backlog drained"}
 
 
-def pooled(runs: list[dict[str, Any]], scenario: str, variant: str) -> dict[str, Any] | None:
-    """The pooled median ratio of ``variant`` to plain in ``scenario``, its interval and each
-    run's median; None when some run has no repeats of it (a peer not installed there)."""
+#: The variant the head-to-head ratios are of.
+OURS = "redislock"
+
+
+def pooled(
+    runs: list[dict[str, Any]], scenario: str, variant: str, against: str = "plain"
+) -> dict[str, Any] | None:
+    """The pooled median ratio of ``variant`` to ``against`` (plain, or another variant) in
+    ``scenario``, its interval and each run's median; None when some run has no repeats of
+    either (a peer not installed there)."""
     values: list[float] = []
-    plain: list[float] = []
+    base: list[float] = []
     each = []
     for run in runs:
         rows = run.get(scenario, {})
-        if variant not in rows or "plain" not in rows:
+        if variant not in rows or against not in rows:
             return None
-        values += rows[variant]["runs"]
-        plain += rows["plain"]["runs"]
-        each.append(rows[variant]["ratio"])
-    return {"ratio": _paired_ratio(values, plain), "ratio_ci": _paired_ci(values, plain), "runs": each}
+        mine, theirs = rows[variant]["runs"], rows[against]["runs"]
+        values += mine
+        base += theirs
+        each.append(_paired_ratio(mine, theirs))
+    return {"ratio": _paired_ratio(values, base), "ratio_ci": _paired_ci(values, base), "runs": each}
 
 
 def table(runs: list[dict[str, Any]]) -> str:
@@ -54,6 +67,15 @@ def table(runs: list[dict[str, Any]]) -> str:
                 continue
             low, high = row["ratio_ci"]
             each = ", ".join(f"{ratio:.2f}x" for ratio in row["runs"])
+            lines.append(f"| {label} | {row['ratio']:.3f}x ({low:.3f}-{high:.3f}) | {each} |")
+        lines += ["", "Head to head: tasks/s of `SingletonTask` over the other's, same repeat", ""]
+        lines += ["| against | pooled (95 % interval) | each run |", "|---|---:|---:|"]
+        for variant, label in LABELS.items():
+            row = None if variant in ("plain", OURS) else pooled(runs, scenario, OURS, variant)
+            if row is None:
+                continue
+            low, high = row["ratio_ci"]
+            each = ", ".join(f"{ratio:.3f}x" for ratio in row["runs"])
             lines.append(f"| {label} | {row['ratio']:.3f}x ({low:.3f}-{high:.3f}) | {each} |")
         lines.append("")
     return "\n".join(lines)

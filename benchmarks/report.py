@@ -8,6 +8,8 @@ from typing import Any
 
 from celery_redislock.core.scripts import RENEW_CHUNK
 
+from .harness import _paired_ci, _paired_ratio
+
 #: What a variant is, in the tables.
 LABELS = {
     "plain": "plain Celery task",
@@ -33,6 +35,30 @@ def _ratio(row: dict[str, Any]) -> str:
     low, high = row.get("ratio_ci") or (float("nan"), float("nan"))
     spread = "" if low != low else f" ({_fmt(low)}-{_fmt(high)})"  # NaN: fewer than 2 repeats
     return f"{_fmt(row['ratio'])}x{spread}"
+
+
+#: The variants ``SingletonTask`` is set against head to head, in the tables' order.
+RIVALS = ("celery-singleton", "celery-once", "floor")
+
+
+def head_to_head(rows: dict[str, Any]) -> str:
+    """``SingletonTask``'s tasks/s over each rival's in the same repeat (every variant runs in
+    every repeat), the median and its interval: whether it is at least as fast as a peer,
+    asked directly, not through two ratios to plain that each carry plain's noise."""
+    ours = rows.get("redislock")
+    parts = []
+    for rival in RIVALS:
+        if ours is not None and rival in rows:
+            pair = {
+                "ratio": _paired_ratio(ours["runs"], rows[rival]["runs"]),
+                "ratio_ci": _paired_ci(ours["runs"], rows[rival]["runs"]),
+            }
+            parts.append(f"{LABELS[rival]} {_ratio(pair)}")
+    if not parts:
+        return ""
+    return (
+        "Head to head (tasks/s of `SingletonTask` over the other's, same repeat): " + "; ".join(parts) + "."
+    )
 
 
 def markdown(results: dict[str, Any], command: str) -> str:
@@ -87,6 +113,9 @@ def markdown(results: dict[str, Any], command: str) -> str:
             f"| {_fmt(row['commands_per_task'])} | {_breakdown(trips.get('round_trips', {}))} "
             f"| {_breakdown(trips.get('in_scripts', {}))} |"
         )
+    versus = head_to_head(results["uncontended"])
+    if versus:
+        lines += ["", versus]
     backlog = results.get("backlog") or {}
     if backlog:
         lines += [
@@ -112,6 +141,9 @@ def markdown(results: dict[str, Any], command: str) -> str:
                 f"| {_fmt(cpu['worker_parent'], 0)} | {_fmt(cpu['lock_redis'], 0)} | {_fmt(cpu['all'], 0)} "
                 f"| {_fmt(row['server_us_per_task'], 1)} |"
             )
+        versus = head_to_head(backlog)
+        if versus:
+            lines += ["", versus]
     lines += [
         "",
         f"## Duplicate-heavy: {config['dup_n']} tasks over 10 distinct arguments, body sleeps "

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from benchmarks.pool import main, pooled
+from benchmarks.report import head_to_head
 
 
 def run(plain: list[float], ours: list[float], **others: list[float]) -> dict[str, Any]:
@@ -24,7 +25,7 @@ def test_the_pooled_ratio_is_the_median_over_every_runs_paired_repeats() -> None
     row = pooled([first, second], "backlog", "redislock")
     assert row is not None
     assert row["ratio"] == pytest.approx(0.9)
-    assert row["runs"] == [0.5, 0.9]
+    assert row["runs"] == [0.5, 0.95]  # each run's own median
     low, high = row["ratio_ci"]
     assert low <= row["ratio"] <= high
 
@@ -49,3 +50,36 @@ def test_an_unreadable_run_is_named(tmp_path: Path, capsys: pytest.CaptureFixtur
     missing = tmp_path / "nowhere.json"
     assert main([str(missing)]) == 2
     assert str(missing) in capsys.readouterr().err
+
+
+def test_head_to_head_pairs_each_repeat_with_the_rivals_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Against plain both look alike (each 0.9x in one repeat, 1.0x in the other), but in every
+    # repeat ours ran at 0.95 of celery-singleton's rate: head to head says so.
+    first = run([100.0, 50.0], [95.0, 47.5], **{"celery-singleton": [100.0, 50.0]})
+    second = run([10.0, 10.0], [9.5, 9.5], **{"celery-singleton": [10.0, 10.0]})
+    row = pooled([first, second], "uncontended", "redislock", "celery-singleton")
+    assert row is not None
+    assert row["ratio"] == pytest.approx(0.95)
+    assert row["runs"] == [pytest.approx(0.95), pytest.approx(0.95)]
+    paths = []
+    for index, results in enumerate((first, second)):
+        path = tmp_path / f"{index}.json"
+        path.write_text(json.dumps(results), encoding="utf-8")
+        paths.append(str(path))
+    assert main(paths) == 0
+    out = capsys.readouterr().out
+    assert "Head to head: tasks/s of `SingletonTask` over the other's, same repeat" in out
+    assert "| celery-singleton `Singleton` | 0.950x (0.950-0.950) | 0.950x, 0.950x |" in out
+    # A rival no run measured has no row.
+    assert "celery-once" not in out
+
+
+def test_one_runs_report_sets_ours_against_each_rival_it_measured() -> None:
+    rows = run([10.0, 10.0, 10.0], [9.0, 9.9, 9.0], **{"celery-once": [9.0, 9.0, 10.0]})["backlog"]
+    line = head_to_head(rows)
+    assert line.startswith("Head to head (tasks/s of `SingletonTask` over the other's, same repeat): ")
+    assert "celery-once `QueueOnce` 1.00x" in line  # 1.0, 1.1, 0.9: the median is 1.0
+    assert "celery-singleton" not in line
+    assert head_to_head({"plain": rows["plain"]}) == ""
