@@ -110,7 +110,10 @@ class LockEngine(BatchRenewal):
         Returns False when the lock had expired or another holder has it (nothing deleted).
         """
         if notify is None:  # the usual case: the shorter script, cheaper on the server
-            return bool(self._script(self._release_exact, key, holder) == 1)
+            direct = self._direct
+            if direct is not None:  # a task's release: straight to the process's connection
+                return bool(direct.script_1_1(self._release_exact, key, holder) == 1)
+            return bool(self._release_exact(keys=[key], args=[holder]) == 1)
         return bool(self._script(self._release, key, holder, "0", notify) == 1)
 
     def release_holder_prefix(self, key: str, prefix: str, *, notify: str | None = None) -> bool:

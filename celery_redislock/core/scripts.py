@@ -110,7 +110,10 @@ class DirectConnection:
         """``execute(*args)``, with ``request`` the command packed already (in
         ``self.encoding``), or None to pack ``args``; a connection that is not a raw socket's,
         or a thread that finds this one busy, sends ``args`` through redis-py."""
-        _, mutex, connection = self._own()
+        state = self._state  # self._own(), written out: a call less on every command
+        if state is None or state[0] != pid():
+            state = self._own()
+        _, mutex, connection = state
         if not mutex.acquire(False):
             # In use by another thread: the pool has connections to spare.
             return self._client.execute_command(*args)  # type: ignore[no-untyped-call]
@@ -134,14 +137,22 @@ class DirectConnection:
 
     def script(self, script: Script, keys: Sequence[str], args: Sequence[str]) -> Any:
         """EVALSHA of ``script``; EVAL (which also caches it again) after a NOSCRIPT reply."""
-        request = None
-        if len(keys) == 1 and len(args) == 1:  # a task's release: packed from its template
-            encoding = self.encoding
-            request = resp.evalsha(script.sha, keys[0].encode(encoding), args[0].encode(encoding))
+        if len(keys) == 1 and len(args) == 1:
+            return self.script_1_1(script, keys[0], args[0])
         try:
-            return self.send(request, ("EVALSHA", script.sha, len(keys), *keys, *args))
+            return self.send(None, ("EVALSHA", script.sha, len(keys), *keys, *args))
         except NoScriptError:
             return self.execute("EVAL", script.script, len(keys), *keys, *args)
+
+    def script_1_1(self, script: Script, key: str, arg: str) -> Any:
+        """``script`` on one key with one argument (a task's release), packed from its
+        template (``resp.evalsha``); EVAL after a NOSCRIPT reply, as ``script``."""
+        encoding = self.encoding
+        request = resp.evalsha(script.sha, key.encode(encoding), arg.encode(encoding))
+        try:
+            return self.send(request, ("EVALSHA", script.sha, 1, key, arg))
+        except NoScriptError:
+            return self.execute("EVAL", script.script, 1, key, arg)
 
     def _own(self) -> tuple[int, threading.Lock, Any]:
         """This process's state: a forked child makes its own."""
