@@ -4,6 +4,7 @@ connection talks to a socket object that answers at once).
 
     python -m benchmarks.task_path [--n 5000] [--repeats 9]
     python -m benchmarks.task_path --instructions [--n 1000]
+    python -m benchmarks.task_path --opcodes [--n 1000]
 
 The worker benchmark cannot see a few µs: on 2 shared cores its medians move by several
 percent. This takes out the worker, the servers and the socket calls, and times the main
@@ -11,6 +12,11 @@ thread's user CPU (``RUSAGE_THREAD``) per task, plain and locked batches interle
 difference is what the lock's Python costs a task, warm (in a pool child, between Celery's
 own code, two to three times as much). It is the figure to judge a change to the task's path
 by. Linux only (``RUSAGE_THREAD``).
+
+``--opcodes`` counts the Python bytecodes a locked task executes in this package, by function
+(``sys.settrace`` with opcode events; seconds): where the instructions go, function by
+function, which neither a sampling profiler (too few samples in a few µs) nor callgrind (it
+sees the interpreter's C, not the Python it runs) tells.
 
 ``--instructions`` counts instead of timing: the instructions the process executes per task
 (valgrind's callgrind, which must be on PATH), plain and locked, less those of the same run
@@ -30,12 +36,15 @@ import statistics
 import subprocess
 import sys
 import uuid
+from collections import Counter
+from types import FrameType
 from typing import Any
 
 import redis
 from celery import Celery, Task
 from celery.app.trace import build_tracer
 
+import celery_redislock
 from celery_redislock import SingletonTask
 from celery_redislock.core import LockEngine
 from celery_redislock.runtime import runtime_for
@@ -92,25 +101,71 @@ def make_app() -> tuple[Celery, Task[Any, Any], Task[Any, Any]]:
     return app, plain, locked
 
 
+def _request(task_id: str, i: int) -> dict[str, Any]:
+    """The request of the call ``task(i)`` as a worker's pool process gets it."""
+    return {
+        "id": task_id,
+        "hostname": "bench@host",
+        "delivery_info": {"exchange": "", "routing_key": "celery", "priority": 0, "redelivered": False},
+        "args": (i,),
+        "kwargs": {},
+        "is_eager": False,
+        "retries": 0,
+    }
+
+
 def user_us_per_task(app: Celery, task: Task[Any, Any], n: int, first: int) -> float:
     """Trace ``n`` calls of ``task`` as a worker's pool process does; user CPU µs a call."""
     tracer = build_tracer(task.name, task, app=app, eager=False, propagate=False)
     before = resource.getrusage(resource.RUSAGE_THREAD).ru_utime
     for i in range(first, first + n):
         task_id = str(uuid.uuid4())
-        request = {
-            "id": task_id,
-            "hostname": "bench@host",
-            "delivery_info": {"exchange": "", "routing_key": "celery", "priority": 0, "redelivered": False},
-            "args": (i,),
-            "kwargs": {},
-            "is_eager": False,
-            "retries": 0,
-        }
-        outcome = tracer(task_id, [i], {}, request)
+        outcome = tracer(task_id, [i], {}, _request(task_id, i))
         if outcome[0] != i:
             raise RuntimeError(f"{task.name} did not run: {outcome!r}")
     return (resource.getrusage(resource.RUSAGE_THREAD).ru_utime - before) / n * 1e6
+
+
+#: Where this package's code lives: frames of other files are not counted by ``--opcodes``.
+PACKAGE_DIR = os.path.dirname(os.path.abspath(celery_redislock.__file__))
+
+
+def opcodes_per_task(app: Celery, task: Task[Any, Any], n: int) -> Counter[str]:
+    """Bytecodes executed per task in this package's functions (``module:function``), over
+    ``n`` traced calls of ``task``."""
+    tracer = build_tracer(task.name, task, app=app, eager=False, propagate=False)
+    counts: Counter[str] = Counter()
+
+    def trace(frame: FrameType, event: str, arg: Any) -> Any:
+        code = frame.f_code
+        if not code.co_filename.startswith(PACKAGE_DIR):
+            return None  # not ours: its lines and opcodes go untraced
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            module = os.path.relpath(code.co_filename, PACKAGE_DIR)
+            counts[f"{module}:{getattr(code, 'co_qualname', code.co_name)}"] += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        for i in range(n):
+            task_id = str(uuid.uuid4())
+            tracer(task_id, [i], {}, _request(task_id, i))
+    finally:
+        sys.settrace(None)
+    return Counter({name: round(count / n) for name, count in counts.items()})
+
+
+def print_opcodes(n: int) -> int:
+    app, _, locked = make_app()
+    user_us_per_task(app, locked, 500, 0)  # warm-up
+    counts = opcodes_per_task(app, locked, n)
+    print(f"bytecodes a task executes in celery_redislock, by function ({n} tasks, replies canned):")
+    for name, count in counts.most_common():
+        if count:
+            print(f"  {count:6,d}  {name}")
+    print(f"  {sum(counts.values()):6,d}  all")
+    return 0
 
 
 def instructions(kind: str, n: int) -> int:
@@ -144,10 +199,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, help="tasks per batch (default 5000; 1000 with --instructions)")
     parser.add_argument("--repeats", type=int, default=9, help="batches of each, interleaved")
     parser.add_argument("--instructions", action="store_true", help="count instructions (valgrind)")
+    parser.add_argument("--opcodes", action="store_true", help="count our bytecodes by function")
     parser.add_argument("--only", choices=("none", "plain", "locked"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.instructions:
         return count_instructions(args.n or 1000)
+    if args.opcodes:
+        return print_opcodes(args.n or 1000)
     args.n = args.n or 5000
     app, plain, locked = make_app()
     user_us_per_task(app, plain, 500, 0)  # warm-up: imports, plans, first allocations

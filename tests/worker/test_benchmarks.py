@@ -64,6 +64,19 @@ def test_the_task_path_runs_one_batch_alone_for_an_instruction_count() -> None:
         assert task_path("--only", kind, "--n", "20").stdout == ""
 
 
+def test_the_task_path_counts_our_bytecodes_by_function_and_nothing_of_celerys() -> None:
+    out = task_path("--opcodes", "--n", "20").stdout
+    lines = out.splitlines()
+    assert lines[0].startswith("bytecodes a task executes in celery_redislock, by function")
+    counted = {line.split()[1]: int(line.split()[0].replace(",", "")) for line in lines[1:]}
+    # The task's own entry and both commands' packing are counted; Celery's tracer is not.
+    assert counted["task.py:SingletonTask.__call__"] > 0
+    assert counted["core/resp.py:set_nx_px"] > 0 and counted["core/resp.py:evalsha"] > 0
+    assert not any("celery/" in name for name in counted)
+    total = counted.pop("all")
+    assert total == sum(counted.values())
+
+
 def test_the_send_path_benchmark_sends_each_variant_against_a_real_broker(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
