@@ -190,7 +190,8 @@ def markdown(results: dict[str, Any], command: str) -> str:
         f"({_fmt(floor['acquire_release_us'] / floor['ping_us'], 1)} PINGs).",
         "",
         "Lock Redis server time of one uncontended pair with nothing else running (SLOWLOG, the "
-        f"best of three runs): ours (`SET NX PX`, then the release script) "
+        f"best of three runs): ours (`SET NX PX`, then a task's release: the server's "
+        f"conditional delete where it has one, else the release script) "
         f"**{_fmt(floor.get('server_pair_us', float('nan')), 1)} µs**; the peers' (`SET NX PX`, "
         f"then `DEL`) {_fmt(floor.get('server_peer_pair_us', float('nan')), 1)} µs.",
         "",

@@ -112,7 +112,7 @@ class LockEngine(BatchRenewal):
         if notify is None:  # the usual case: the shorter script, cheaper on the server
             direct = self._direct
             if direct is not None:  # a task's release: straight to the process's connection
-                return bool(direct.script_1_1(self._release_exact, key, holder) == 1)
+                return bool(direct.release_exact(self._release_exact, key, holder) == 1)
             return bool(self._release_exact(keys=[key], args=[holder]) == 1)
         return bool(self._script(self._release, key, holder, "0", notify) == 1)
 

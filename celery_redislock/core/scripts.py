@@ -7,13 +7,14 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import redis
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
-from . import resp
+from . import conditional_delete, resp
+from .conditional_delete import ConditionalDelete
 from .leases import Client, Lease, RenewReport, as_text
 from .process import pid
 
@@ -86,6 +87,10 @@ class DirectConnection:
         # (pid, mutex, connection): replaced whole in a forked child. The connection is made
         # with it (redis-py connects it on its first command), so a command looks nothing up.
         self._state: tuple[int, threading.Lock, Any] | None = None
+        #: The server's own compare-and-delete (``conditional_delete``): False until the first
+        #: release asks the server; None for none. A forked child keeps the answer (the same
+        #: server); a server that stops taking it (failover, ACL) turns it to None.
+        self._delete: ConditionalDelete | Literal[False] | None = False
 
     @classmethod
     def for_client(cls, client: Client) -> DirectConnection | None:
@@ -153,6 +158,34 @@ class DirectConnection:
             return self.send(request, ("EVALSHA", script.sha, 1, key, arg))
         except NoScriptError:
             return self.execute("EVAL", script.script, 1, key, arg)
+
+    def release_exact(self, script: Script, key: str, holder: str) -> Any:
+        """Delete ``key`` if it holds ``holder`` (a task's release): 1 deleted, 0 not. The
+        server's own conditional delete where it has one, else ``script`` (the compare-and-
+        delete script, ``release_exact.lua``): the same answer either way."""
+        delete = self._delete
+        if delete is False:
+            delete = self._ask_conditional_delete()
+        if delete is not None:
+            encoding = self.encoding
+            request = delete.request(key.encode(encoding), holder.encode(encoding))
+            try:
+                return self.send(request, delete.args(key, holder))
+            except ResponseError as error:
+                if not conditional_delete.unavailable(error):
+                    raise
+                self._delete = None  # a server without it now (failover), or an ACL denying it
+        return self.script_1_1(script, key, holder)
+
+    def _ask_conditional_delete(self) -> ConditionalDelete | None:
+        """Which conditional delete the server has, asked once (a connection error leaves it
+        to the next release to ask)."""
+        try:
+            reply = self.send(conditional_delete.QUESTION_PACKED, conditional_delete.QUESTION)
+        except ResponseError:  # no COMMAND LIST (Redis 6.2), or an ACL denying it: the script
+            reply = None
+        delete = self._delete = conditional_delete.choose(reply)
+        return delete
 
     def _own(self) -> tuple[int, threading.Lock, Any]:
         """This process's state: a forked child makes its own."""

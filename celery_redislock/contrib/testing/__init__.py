@@ -8,6 +8,7 @@ from .roundtrips import RoundTrips, counting_client, counting_cluster_client
 from .servers import (
     BUNDLED_SERVERS,
     RedisServer,
+    conditional_delete_of,
     find_redis_server,
     free_port,
     free_ports,
@@ -25,6 +26,7 @@ __all__ = [
     "SentinelSet",
     "WorkerNotReady",
     "WorkerProcess",
+    "conditional_delete_of",
     "counting_client",
     "counting_cluster_client",
     "find_redis_server",

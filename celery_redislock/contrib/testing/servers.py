@@ -23,6 +23,7 @@ import redis
 __all__ = [
     "BUNDLED_SERVERS",
     "RedisServer",
+    "conditional_delete_of",
     "find_redis_server",
     "free_port",
     "free_ports",
@@ -97,6 +98,23 @@ def server_version(executable: str | None = None) -> str:
     # "Redis server v=7.0.15 sha=..." / "Valkey server v=8.1.8 sha=..."
     name, _, rest = out.partition(" server v=")
     return f"{name.strip()} {rest.split()[0]}" if rest else out.strip()
+
+
+def conditional_delete_of(executable: str | None = None) -> str | None:
+    """The command a server binary deletes a key with only if it holds a value, by its version
+    (Valkey 9: ``delifeq``; Redis 8.4: ``delex``), or None: what a task's release should send
+    there instead of the release script. Read from the version, not asked the way the package
+    asks a server, so a test can check the package's answer."""
+    name, _, version = server_version(executable).partition(" ")
+    try:
+        release = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return None
+    if name == "Valkey" and release >= (9, 0):
+        return "delifeq"
+    if name == "Redis" and release >= (8, 4):
+        return "delex"
+    return None
 
 
 def poll(condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
