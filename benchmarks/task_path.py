@@ -5,6 +5,7 @@ connection talks to a socket object that answers at once).
     python -m benchmarks.task_path [--n 5000] [--repeats 9]
     python -m benchmarks.task_path --instructions [--n 1000]
     python -m benchmarks.task_path --opcodes [--n 1000]
+    ... --release delifeq   # as on a server with a conditional delete (Valkey 9, Redis 8.4)
 
 The worker benchmark cannot see a few µs: on 2 shared cores its medians move by several
 percent. This takes out the worker, the servers and the socket calls, and times the main
@@ -46,7 +47,7 @@ from celery.app.trace import build_tracer
 
 import celery_redislock
 from celery_redislock import SingletonTask
-from celery_redislock.core import LockEngine
+from celery_redislock.core import LockEngine, conditional_delete
 from celery_redislock.runtime import runtime_for
 
 #: A TTL long enough that the renewal timer never fires during a run (it would try the
@@ -54,16 +55,28 @@ from celery_redislock.runtime import runtime_for
 LOCK_TIMEOUT = 3600
 
 
+#: What a task's release is: the release script (Redis 6.2 and 7, Valkey 8), or the server's
+#: own conditional delete (``DELIFEQ``: Valkey 9; Redis 8.4's ``DELEX`` costs the same here).
+RELEASES = ("script", "delifeq")
+
+
 class CannedSocket:
     """Stands for the socket of the engine's own connection: every key is free (a SET answers
-    OK), every release deletes (a script answers 1). The commands are packed and the replies
-    parsed as on a real socket; only the system calls are left out."""
+    OK), every release deletes (it answers 1), and the server has ``DELIFEQ`` if ``release``
+    says so. The commands are packed and the replies parsed as on a real socket; only the
+    system calls are left out."""
 
-    def __init__(self) -> None:
+    def __init__(self, release: str = "script") -> None:
         self._reply = b""
+        self._commands = b"*1\r\n$7\r\ndelifeq\r\n" if release == "delifeq" else b"*0\r\n"
 
     def sendall(self, request: bytes) -> None:
-        self._reply = b"+OK\r\n" if request.startswith(b"*6\r\n$3\r\nSET\r\n") else b":1\r\n"
+        if request.startswith(b"*6\r\n$3\r\nSET\r\n"):
+            self._reply = b"+OK\r\n"
+        elif request == conditional_delete.QUESTION_PACKED:
+            self._reply = self._commands
+        else:
+            self._reply = b":1\r\n"
 
     def recv(self, size: int) -> bytes:
         return self._reply
@@ -72,7 +85,7 @@ class CannedSocket:
         return None  # as a socket whose timeout the kernel keeps (core.resp.kernel_timeouts)
 
 
-def make_app() -> tuple[Celery, Task[Any, Any], Task[Any, Any]]:
+def make_app(release: str = "script") -> tuple[Celery, Task[Any, Any], Task[Any, Any]]:
     app = Celery("task_path", set_as_current=False)
     # Nothing connects: the broker is never used by the tracer, the results go to memory,
     # and the lock engine's direct connection is canned.
@@ -96,7 +109,7 @@ def make_app() -> tuple[Celery, Task[Any, Any], Task[Any, Any]]:
     engine = LockEngine(redis.Redis(port=1))
     assert engine._direct is not None
     connection = engine._direct.connection()
-    connection._sock = CannedSocket()
+    connection._sock = CannedSocket(release)
     runtime_for(app).engine = engine
     return app, plain, locked
 
@@ -156,11 +169,13 @@ def opcodes_per_task(app: Celery, task: Task[Any, Any], n: int) -> Counter[str]:
     return Counter({name: round(count / n) for name, count in counts.items()})
 
 
-def print_opcodes(n: int) -> int:
-    app, _, locked = make_app()
+def print_opcodes(n: int, release: str) -> int:
+    app, _, locked = make_app(release)
     user_us_per_task(app, locked, 500, 0)  # warm-up
     counts = opcodes_per_task(app, locked, n)
-    print(f"bytecodes a task executes in celery_redislock, by function ({n} tasks, replies canned):")
+    print(
+        f"bytecodes a task executes in celery_redislock, by function ({n} tasks, replies canned, release: {release}):"
+    )
     for name, count in counts.most_common():
         if count:
             print(f"  {count:6,d}  {name}")
@@ -168,10 +183,20 @@ def print_opcodes(n: int) -> int:
     return 0
 
 
-def instructions(kind: str, n: int) -> int:
+def instructions(kind: str, n: int, release: str) -> int:
     """Instructions a run of this module with ``--only kind --n n`` executes (callgrind)."""
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
-    command += [sys.executable, "-m", "benchmarks.task_path", "--only", kind, "--n", str(n)]
+    command += [
+        sys.executable,
+        "-m",
+        "benchmarks.task_path",
+        "--only",
+        kind,
+        "--n",
+        str(n),
+        "--release",
+        release,
+    ]
     # One hash seed: dicts and sets are laid out, and so walked, alike in every run.
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
@@ -181,13 +206,13 @@ def instructions(kind: str, n: int) -> int:
     return int(found.group(1))
 
 
-def count_instructions(n: int) -> int:
+def count_instructions(n: int, release: str) -> int:
     if shutil.which("valgrind") is None:
         print("--instructions needs valgrind on PATH (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
-    setup = instructions("none", n)
-    plain, locked = ((instructions(kind, n) - setup) / n for kind in ("plain", "locked"))
-    print(f"instructions per task, a batch of {n} (callgrind, replies canned):")
+    setup = instructions("none", n, release)
+    plain, locked = ((instructions(kind, n, release) - setup) / n for kind in ("plain", "locked"))
+    print(f"instructions per task, a batch of {n} (callgrind, replies canned, release: {release}):")
     print(f"  plain Celery task  {plain:9,.0f}")
     print(f"  SingletonTask      {locked:9,.0f}")
     print(f"  the lock's Python  {locked - plain:9,.0f}")
@@ -200,14 +225,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=9, help="batches of each, interleaved")
     parser.add_argument("--instructions", action="store_true", help="count instructions (valgrind)")
     parser.add_argument("--opcodes", action="store_true", help="count our bytecodes by function")
+    parser.add_argument(
+        "--release", choices=RELEASES, default="script", help="the server's release (default: script)"
+    )
     parser.add_argument("--only", choices=("none", "plain", "locked"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.instructions:
-        return count_instructions(args.n or 1000)
+        return count_instructions(args.n or 1000, args.release)
     if args.opcodes:
-        return print_opcodes(args.n or 1000)
+        return print_opcodes(args.n or 1000, args.release)
     args.n = args.n or 5000
-    app, plain, locked = make_app()
+    app, plain, locked = make_app(args.release)
     user_us_per_task(app, plain, 500, 0)  # warm-up: imports, plans, first allocations
     user_us_per_task(app, locked, 500, 0)
     if args.only is not None:  # one batch of one kind, counted from outside (--instructions)

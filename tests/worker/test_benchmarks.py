@@ -77,6 +77,13 @@ def test_the_task_path_counts_our_bytecodes_by_function_and_nothing_of_celerys()
     assert total == sum(counted.values())
 
 
+def test_the_task_path_takes_the_release_a_server_with_a_conditional_delete_gets() -> None:
+    out = task_path("--opcodes", "--n", "20", "--release", "delifeq").stdout
+    counted = {line.split()[1]: int(line.split()[0].replace(",", "")) for line in out.splitlines()[1:]}
+    assert counted["core/conditional_delete.py:ConditionalDelete.request"] > 0
+    assert "core/resp.py:evalsha" not in counted  # no script call
+
+
 def test_the_send_path_benchmark_sends_each_variant_against_a_real_broker(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
