@@ -24,7 +24,7 @@ __all__ = ["COMMANDS", "QUESTION", "QUESTION_PACKED", "ConditionalDelete", "choo
 class ConditionalDelete:
     """One server command that deletes a key only if it holds a given value."""
 
-    #: The command's name, as ``COMMAND INFO`` spells it.
+    #: The command's name, as ``COMMAND LIST`` spells it.
     name: str
     #: The words between the key and the value (``IFEQ`` for ``DELEX``).
     condition: tuple[str, ...]
