@@ -17,6 +17,8 @@ from typing import Any
 
 from redis.exceptions import NoPermissionError, ResponseError
 
+from . import resp
+
 __all__ = ["COMMANDS", "QUESTION", "QUESTION_PACKED", "ConditionalDelete", "choose", "unavailable"]
 
 
@@ -52,8 +54,8 @@ COMMANDS = (
 #: argument (its packer splits it) has no reply callback, where "COMMAND" has one that cannot
 #: read this reply.
 QUESTION = ("COMMAND LIST", "FILTERBY", "PATTERN", "del*")
-#: The same, packed (RESP).
-QUESTION_PACKED = b"*5\r\n$7\r\nCOMMAND\r\n$4\r\nLIST\r\n$8\r\nFILTERBY\r\n$7\r\nPATTERN\r\n$4\r\ndel*\r\n"
+#: The same, packed (RESP), as the direct connection sends it.
+QUESTION_PACKED = resp.pack((*QUESTION[0].split(), *QUESTION[1:]))
 
 
 def choose(reply: Any) -> ConditionalDelete | None:
