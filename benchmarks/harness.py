@@ -64,6 +64,8 @@ class Config:
     concurrency: int = 2
     #: which redis-server runs both servers (see servers.SERVER_CHOICES, or a path)
     redis_server: str = "default"
+    #: the worker app also has ``workerapp.PROBE`` (``benchmarks.placement``)
+    probe: bool = False
 
 
 @dataclass
@@ -128,6 +130,30 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def run_seconds(pid: int) -> float:
+    """CPU time a process's live threads have used so far, to the nanosecond (the scheduler's
+    ``schedstat``), where ``cpu_seconds`` counts in clock ticks of 10 ms; a thread that has
+    ended is not counted. ``cpu_seconds`` where the kernel keeps no schedstat."""
+    total = 0
+    try:
+        for thread in os.listdir(f"/proc/{pid}/task"):
+            total += int(Path(f"/proc/{pid}/task/{thread}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return cpu_seconds(pid)
+    return total / 1e9
+
+
+@dataclass
+class Drained:
+    """A batch queued, then drained by the worker alone (``Bench.drain``)."""
+
+    seconds: float
+    #: CPU µs per task by process, and of all of them
+    cpu: dict[str, float]
+    #: the lock Redis's server time per task
+    server_us: float
+
+
 class Bench:
     """The servers, the worker and the driver's app of one run."""
 
@@ -142,6 +168,8 @@ class Bench:
         self.worker: WorkerProcess | None = None
         self.app: Celery | None = None
         self.node = ""  # the worker's node name, for the remote control of its consumer
+        #: how a process's CPU time is read (``run_seconds`` for a finer count)
+        self.cpu_clock: Callable[[int], float] = cpu_seconds
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -151,7 +179,8 @@ class Bench:
         base = f"redis://127.0.0.1:{self.main.port}"
         urls = {"broker": f"{base}/0", "results": f"{base}/1", "locks": self.locks.url, "coord": f"{base}/2"}
         source = Path(workerapp.__file__).read_text(encoding="utf-8")
-        call = ", ".join(f"{k}={v!r}" for k, v in urls.items())
+        app_options: dict[str, Any] = {**urls, "probe": self.config.probe}
+        call = ", ".join(f"{k}={v!r}" for k, v in app_options.items())
         (self.workdir / "benchapp.py").write_text(f"{source}\n\napp = make_app({call})\n", encoding="utf-8")
         self.worker = WorkerProcess(
             self.workdir,
@@ -176,7 +205,7 @@ class Bench:
             "lock_redis": [_pid(self.locks)],
             "main_redis": [_pid(self.main)],
         }
-        self.app = make_app(**urls)
+        self.app = make_app(**app_options)
         self.coord = redis.Redis.from_url(urls["coord"])
         self.admin = self.locks.client()
         # Every top-level command logged with its server time (see _server_usec).
@@ -283,7 +312,7 @@ class Bench:
         )
 
     def _cpu(self) -> dict[str, float]:
-        cpu = {name: sum(cpu_seconds(pid) for pid in pids) for name, pids in self.processes.items()}
+        cpu = {name: sum(map(self.cpu_clock, pids)) for name, pids in self.processes.items()}
         cpu["driver"] = time.process_time()
         return cpu
 
@@ -360,29 +389,36 @@ class Bench:
             for variant in self.order(repeat):
                 calls = [(counter + i,) for i in range(config.n)]
                 counter += config.n
-                self._consume(False)
-                task = self.task(variant, "noop")
-                results = [task.apply_async(args) for args in calls]
-                gc.collect()
-                self._server_usec()
-                cpu_before = self._cpu()
-                start = time.perf_counter()
-                self._consume(True)
-                self._wait_stored([r.id for r in results])
-                seconds = time.perf_counter() - start
-                cpu_after = self._cpu()
-                server = self._server_usec()
-                values = [r.get(timeout=60, propagate=False) for r in results]  # untimed
-                if values != [c[0] for c in calls]:
-                    raise RuntimeError(f"{variant}: a queued task did not run")
+                drained = self.drain(self.task(variant, "noop"), calls)
                 if repeat:
-                    rates[variant].append(config.n / seconds)
-                    cpu[variant].append(_cpu_row(cpu_before, cpu_after, config.n))
-                    server_us[variant].append(server / config.n)
+                    rates[variant].append(config.n / drained.seconds)
+                    cpu[variant].append(drained.cpu)
+                    server_us[variant].append(drained.server_us)
         out = {}
         for variant in self.variants:
             out[variant] = _throughput(variant, rates, cpu, server_us)
         return out
+
+    def drain(self, task: Any, calls: Sequence[tuple[Any, ...]], **options: Any) -> Drained:
+        """Queue ``calls`` of ``task`` (sent with ``options``) while the worker consumes
+        nothing, then time the worker draining them, the sender idle. Checks, untimed, that
+        every call ran and returned its first argument (a ``noop``)."""
+        self._consume(False)
+        results = [task.apply_async(args, **options) for args in calls]
+        gc.collect()
+        self._server_usec()
+        cpu_before = self._cpu()
+        start = time.perf_counter()
+        self._consume(True)
+        self._wait_stored([r.id for r in results])
+        seconds = time.perf_counter() - start
+        cpu_after = self._cpu()
+        server = self._server_usec()
+        values = [r.get(timeout=60, propagate=False) for r in results]  # untimed
+        if values != [c[0] for c in calls]:
+            raise RuntimeError(f"{task.name}: a queued task did not run")
+        n = len(calls)
+        return Drained(seconds, _cpu_row(cpu_before, cpu_after, n), server / n)
 
     def _consume(self, on: bool) -> None:
         """Make the worker consume the bench queue, or stop (it replies once it has)."""

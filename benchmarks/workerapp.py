@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import redis
-from celery import Celery, Task
+from celery import Celery, Task, signals
 
 from celery_redislock import SingletonTask
 
@@ -72,6 +72,34 @@ VARIANTS: dict[str, tuple[type[Task[Any, Any]] | None, dict[str, Any]]] = {
     "celery-once": (QueueOnce, {"once": {"graceful": True}}),
 }
 
+#: ``benchmarks.placement``'s task: a noop that first spins for as many µs as its message's
+#: headers say, in the worker's parent as it receives the message (``PARENT_US``) and in the
+#: pool child before the body (``CHILD_US``): what a µs of CPU costs the worker, by where.
+PROBE = "bench.probe.spin"
+PARENT_US = "bench_parent_us"
+CHILD_US = "bench_child_us"
+
+
+def spin(us: float) -> None:
+    """Use ``us`` microseconds of CPU (the thread's own clock: a spin preempted midway still
+    uses them all)."""
+    end = time.thread_time() + us / 1e6
+    while time.thread_time() < end:
+        pass
+
+
+class Spin(Task):  # type: ignore[type-arg]
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        spin(float(getattr(self.request, CHILD_US, None) or 0))
+        return self.run(*args, **kwargs)
+
+
+def spin_on_receipt(sender: Any = None, request: Any = None, **_: Any) -> None:
+    """``task_received``, in the worker's parent: spin for the probe's ``PARENT_US``."""
+    if request is not None and request.name == PROBE:
+        spin(float(request.request_dict.get(PARENT_US) or 0))
+
+
 #: Why a variant cannot run here (shown in the report), by name.
 UNAVAILABLE = {
     name: "not installed: pip install -e '.[bench]'" for name, (base, _) in VARIANTS.items() if base is None
@@ -104,9 +132,10 @@ def track(url: str, variant: str, tag: str, key: str, seconds: float) -> None:
     client.decr(active)
 
 
-def make_app(broker: str, results: str, locks: str, coord: str) -> Celery:
+def make_app(broker: str, results: str, locks: str, coord: str, probe: bool = False) -> Celery:
     """The app, with a ``noop`` and a ``sleep`` task per available variant, all named
-    ``bench.<variant>.<noop|sleep>``, and every lock implementation pointed at ``locks``."""
+    ``bench.<variant>.<noop|sleep>``, and every lock implementation pointed at ``locks``; with
+    ``probe``, ``PROBE`` too (and its parent's share, connected to ``task_received``)."""
     app = Celery("bench", set_as_current=False)
     app.conf.update(
         broker_url=broker,
@@ -136,4 +165,11 @@ def make_app(broker: str, results: str, locks: str, coord: str) -> Celery:
 
         for func in (noop, sleep):
             app.task(name=f"bench.{variant}.{func.__name__}", base=base, shared=False, **options)(func)  # type: ignore[no-untyped-call]
+    if probe:
+
+        def spun(i: int) -> int:
+            return i
+
+        app.task(name=PROBE, base=Spin, shared=False)(spun)
+        signals.task_received.connect(spin_on_receipt, weak=False)
     return app

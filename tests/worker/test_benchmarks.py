@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import placement
 from benchmarks.__main__ import main
+from benchmarks.harness import Bench, Config, _mean_cpu, run_seconds
 from benchmarks.send_path import main as send_path
 
 
@@ -94,3 +96,32 @@ def test_the_send_path_benchmark_sends_each_variant_against_a_real_broker(
     with pytest.raises(SystemExit):
         send_path(["--variants", "redislock,nope"])
     assert "unknown nope" in capsys.readouterr().err
+
+
+def test_the_placement_benchmark_spins_in_the_process_each_variant_names(tmp_path: Path) -> None:
+    # 2 ms a task: far above what else the parent or a child does for a noop, so each variant's
+    # CPU over plain's says which process spun.
+    config = Config(n=10, repeats=1, variants=(), probe=True, redis_server="default")
+    spins = placement.variants([2000])
+    bench = Bench(config, tmp_path)
+    bench.cpu_clock = run_seconds
+    try:
+        bench.start()
+        figures = placement.measure(bench, spins, config.n, config.repeats)
+    finally:
+        bench.stop()
+    plain = _mean_cpu(figures["plain"].cpu)
+    parent = _mean_cpu(figures["parent 2000"].cpu)
+    child = _mean_cpu(figures["child 2000"].cpu)
+    assert parent["worker_parent"] - plain["worker_parent"] > 1500
+    assert abs(parent["worker_children"] - plain["worker_children"]) < 1000
+    assert child["worker_children"] - plain["worker_children"] > 1500
+    assert abs(child["worker_parent"] - plain["worker_parent"]) < 1000
+    assert "| 2000 µs in the parent | " in placement.table(spins, figures)
+
+
+def test_the_placement_benchmark_names_a_bad_size(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("25,x", "0", "-5"):
+        with pytest.raises(SystemExit):
+            placement.main(["--us", bad])
+        assert "--us" in capsys.readouterr().err

@@ -1,0 +1,136 @@
+"""What a microsecond of CPU costs the worker's throughput, by where it is spent: in the prefork
+worker's parent (which receives every message and hands it to a pool child) or in a pool child
+(where the task runs, and a lock taken at execution with it).
+
+    python -m benchmarks.placement [--us 25,50,100] [--n 300] [--repeats 30] [--redis-server ...]
+
+The worker benchmark's own servers and prefork worker (``harness.Bench``) drain a backlog of
+one probe task (``workerapp.PROBE``, a noop), as in its scenario 1b: plain (no spin), and for
+each size, spinning that many µs in the parent as it receives the message (a ``task_received``
+receiver: where a lock taken at hand-over would be) or in the child before the body (where
+``SingletonTask`` takes its lock), the variants interleaved per repeat. Reported: each one's
+tasks/s over plain's in the same repeat (median, 95 % interval) and the parent's and the
+children's CPU µs a task over plain's (the scheduler's count, to the nanosecond). It judges the
+README's structural option (take the lock in the parent at hand-over, so the child pays one
+round trip): a µs moved from the child to the parent is worth moving only if it costs the
+throughput less there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .harness import Bench, Config, _mean_cpu, _paired_ci, _paired_ratio, run_seconds
+from .servers import SERVER_CHOICES
+from .workerapp import CHILD_US, PARENT_US, PROBE
+
+PLAIN = "plain"
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    parent_us: float = 0.0
+    child_us: float = 0.0
+
+
+@dataclass
+class Figures:
+    rates: list[float] = field(default_factory=list)
+    cpu: list[dict[str, float]] = field(default_factory=list)
+
+
+def variants(sizes: list[float]) -> list[Variant]:
+    out = [Variant(PLAIN)]
+    for us in sizes:
+        out += [Variant(f"parent {us:g}", parent_us=us), Variant(f"child {us:g}", child_us=us)]
+    return out
+
+
+def measure(bench: Bench, spins: list[Variant], n: int, repeats: int) -> dict[str, Figures]:
+    """Each variant's tasks/s and CPU a task per repeat (the first repeat, a warm-up, left out)."""
+    assert bench.app is not None, "the bench is not started"
+    task = bench.app.tasks[PROBE]
+    figures = {variant.name: Figures() for variant in spins}
+    first = 4 * 10**9  # arguments no other scenario uses
+    for repeat in range(repeats + 1):
+        order = list(spins)
+        random.Random(repeat).shuffle(order)
+        for variant in order:
+            calls = [(first + i,) for i in range(n)]
+            first += n
+            headers = {PARENT_US: variant.parent_us, CHILD_US: variant.child_us}
+            drained = bench.drain(task, calls, headers=headers)
+            if repeat:
+                figures[variant.name].rates.append(n / drained.seconds)
+                figures[variant.name].cpu.append(drained.cpu)
+    return figures
+
+
+def table(spins: list[Variant], figures: dict[str, Figures]) -> str:
+    plain = figures[PLAIN]
+    plain_cpu = _mean_cpu(plain.cpu)
+    lines = [
+        "| spun | tasks/s vs plain (95 % interval) | throughput lost per 10 µs | "
+        "parent CPU µs a task over plain's | children's over plain's |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for variant in spins[1:]:
+        row = figures[variant.name]
+        ratio = _paired_ratio(row.rates, plain.rates)
+        low, high = _paired_ci(row.rates, plain.rates)
+        us = variant.parent_us or variant.child_us
+        cpu = _mean_cpu(row.cpu)
+        lines.append(
+            f"| {us:g} µs in the {variant.name.split()[0]} | {ratio:.3f}x ({low:.3f}-{high:.3f}) "
+            f"| {(1 - ratio) / us * 1000:.2f} points "
+            f"| {cpu['worker_parent'] - plain_cpu['worker_parent']:+.1f} "
+            f"| {cpu['worker_children'] - plain_cpu['worker_children']:+.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.placement", description=__doc__)
+    parser.add_argument("--us", default="25,50,100", help="comma-separated µs to spin")
+    parser.add_argument("--n", type=int, default=300, help="tasks per batch")
+    parser.add_argument("--repeats", type=int, default=30, help="measured repeats (+1 warm-up)")
+    parser.add_argument(
+        "--redis-server",
+        default=Config.redis_server,
+        help="; ".join(f"{name}: {what}" for name, what in SERVER_CHOICES.items()) + "; or a path",
+    )
+    args = parser.parse_args(argv)
+    try:
+        sizes = [float(us) for us in args.us.split(",")]
+    except ValueError:
+        parser.error(f"--us: {args.us!r} is not a comma-separated list of numbers")
+    if not sizes or min(sizes) <= 0:
+        parser.error(f"--us: {args.us!r}: each size must be more than 0 µs")
+    spins = variants(sizes)
+    config = Config(n=args.n, repeats=args.repeats, redis_server=args.redis_server, variants=(), probe=True)
+    with tempfile.TemporaryDirectory(prefix="redislock-placement-") as workdir:
+        bench = Bench(config, Path(workdir))
+        bench.cpu_clock = run_seconds
+        try:
+            bench.start()
+            figures = measure(bench, spins, args.n, args.repeats)
+        finally:
+            bench.stop()
+    print(
+        f"A backlog of {args.n} probe tasks drained by the worker alone (prefork, 2 processes), "
+        f"{args.repeats} repeats; plain: {statistics.median(figures[PLAIN].rates):.0f} tasks/s"
+    )
+    print()
+    print(table(spins, figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
