@@ -1,20 +1,20 @@
-"""What a microsecond of CPU costs the worker's throughput, by where it is spent: in the prefork
-worker's parent (which receives every message and hands it to a pool child) or in a pool child
-(where the task runs, and a lock taken at execution with it).
+"""What CPU and a lock's round trip cost the worker's throughput, by where they are spent: in the
+prefork worker's parent (which receives every message and hands it to a pool child) or in a
+pool child (where the task runs, and a lock taken at execution with it).
 
     python -m benchmarks.placement [--us 25,50,100] [--n 300] [--repeats 30] [--redis-server ...]
 
 The worker benchmark's own servers and prefork worker (``harness.Bench``) drain a backlog of
-one probe task (``workerapp.PROBE``, a noop), as in its scenario 1b: plain (no spin), and for
-each size, spinning that many µs in the parent as it receives the message (a ``task_received``
-receiver: where a lock taken at hand-over would be) or in the child before the body (where
-``SingletonTask`` takes its lock), the variants interleaved per repeat. Reported: each one's
+one probe task (``workerapp.PROBE``, a noop), as in its scenario 1b: plain (nothing more), each
+size of CPU spun in the parent as it receives the message (a ``task_received`` receiver: where
+a lock taken at hand-over would be) or in the child before the body (where ``SingletonTask``
+takes its lock), and one round trip to the lock Redis made in either (a ``SET NX`` on a raw
+socket, its reply waited for), the variants interleaved per repeat. Reported: each one's
 tasks/s over plain's in the same repeat (median, 95 % interval) and the parent's and the
 children's CPU µs a task over plain's (the scheduler's count, to the nanosecond). It judges the
 README's structural option (take the lock in the parent at hand-over, so the child pays one
-round trip): a µs moved from the child to the parent is worth moving only if it costs the
-throughput less there.
-"""
+round trip fewer): work moved from the child to the parent is worth moving only if it costs
+the throughput less there."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from .harness import Bench, Config, _mean_cpu, _paired_ci, _paired_ratio, run_seconds
 from .servers import SERVER_CHOICES
-from .workerapp import CHILD_US, PARENT_US, PROBE
+from .workerapp import CHILD_TRIP, CHILD_US, PARENT_TRIP, PARENT_US, PROBE
 
 PLAIN = "plain"
 
@@ -36,8 +36,25 @@ PLAIN = "plain"
 @dataclass(frozen=True)
 class Variant:
     name: str
-    parent_us: float = 0.0
-    child_us: float = 0.0
+    #: the parent's or the child's
+    where: str = ""
+    #: µs of CPU spun there
+    us: float = 0.0
+    #: one round trip to the lock Redis made there
+    trip: bool = False
+
+    def headers(self) -> dict[str, object]:
+        parent, child = self.where == "parent", self.where == "child"
+        return {
+            PARENT_US: self.us if parent else 0,
+            CHILD_US: self.us if child else 0,
+            PARENT_TRIP: self.trip and parent,
+            CHILD_TRIP: self.trip and child,
+        }
+
+    def label(self) -> str:
+        what = f"{self.us:g} µs" if self.us else "one round trip (`SET NX`, its reply waited for)"
+        return f"{what} in the {self.where}"
 
 
 @dataclass
@@ -46,10 +63,14 @@ class Figures:
     cpu: list[dict[str, float]] = field(default_factory=list)
 
 
-def variants(sizes: list[float]) -> list[Variant]:
+def variants(sizes: list[float], trips: bool = True) -> list[Variant]:
+    """Plain, then each size spun in the parent and in the child, then (with ``trips``) one
+    round trip made in each."""
     out = [Variant(PLAIN)]
     for us in sizes:
-        out += [Variant(f"parent {us:g}", parent_us=us), Variant(f"child {us:g}", child_us=us)]
+        out += [Variant(f"parent {us:g}", "parent", us), Variant(f"child {us:g}", "child", us)]
+    if trips:
+        out += [Variant("parent trip", "parent", trip=True), Variant("child trip", "child", trip=True)]
     return out
 
 
@@ -65,8 +86,7 @@ def measure(bench: Bench, spins: list[Variant], n: int, repeats: int) -> dict[st
         for variant in order:
             calls = [(first + i,) for i in range(n)]
             first += n
-            headers = {PARENT_US: variant.parent_us, CHILD_US: variant.child_us}
-            drained = bench.drain(task, calls, headers=headers)
+            drained = bench.drain(task, calls, headers=variant.headers())
             if repeat:
                 figures[variant.name].rates.append(n / drained.seconds)
                 figures[variant.name].cpu.append(drained.cpu)
@@ -77,7 +97,7 @@ def table(spins: list[Variant], figures: dict[str, Figures]) -> str:
     plain = figures[PLAIN]
     plain_cpu = _mean_cpu(plain.cpu)
     lines = [
-        "| spun | tasks/s vs plain (95 % interval) | throughput lost per 10 µs | "
+        "| done for each task | tasks/s vs plain (95 % interval) | throughput lost per 10 µs | "
         "parent CPU µs a task over plain's | children's over plain's |",
         "|---|---:|---:|---:|---:|",
     ]
@@ -85,11 +105,10 @@ def table(spins: list[Variant], figures: dict[str, Figures]) -> str:
         row = figures[variant.name]
         ratio = _paired_ratio(row.rates, plain.rates)
         low, high = _paired_ci(row.rates, plain.rates)
-        us = variant.parent_us or variant.child_us
+        per_10 = f"{(1 - ratio) / variant.us * 1000:.2f} points" if variant.us else ""
         cpu = _mean_cpu(row.cpu)
         lines.append(
-            f"| {us:g} µs in the {variant.name.split()[0]} | {ratio:.3f}x ({low:.3f}-{high:.3f}) "
-            f"| {(1 - ratio) / us * 1000:.2f} points "
+            f"| {variant.label()} | {ratio:.3f}x ({low:.3f}-{high:.3f}) | {per_10} "
             f"| {cpu['worker_parent'] - plain_cpu['worker_parent']:+.1f} "
             f"| {cpu['worker_children'] - plain_cpu['worker_children']:+.1f} |"
         )

@@ -28,33 +28,38 @@ except ImportError:  # pragma: no cover
     QueueOnce = None
 
 
+# This process's raw socket to the lock Redis: (pid, socket); a forked child makes its own.
+_raw: list[tuple[int, socket.socket]] = []
+
+
+def raw_command(url: str, *args: bytes) -> bytes:
+    """One command on a raw socket of this process's own, packed and read by hand, with no
+    library code around it: the least a round trip to ``url`` can cost a process."""
+    if not _raw or _raw[0][0] != os.getpid():
+        where = urlparse(url)
+        sock = socket.create_connection((where.hostname or "127.0.0.1", where.port or 6379))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _raw[:] = [(os.getpid(), sock)]
+    sock = _raw[0][1]
+    sock.sendall(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))
+    return sock.recv(1024)  # "+OK", "$-1" or ":1": one short line, read whole
+
+
 class RawSocketLock(Task):  # type: ignore[type-arg]
     """Not a lock anyone should use: the least two round trips can cost in a pool child.
 
-    ``SET key id NX PX`` before the body and ``DEL key`` after it (the peers' two commands),
-    packed and parsed by hand on one socket per process, with no library code around them:
-    what any lock that takes and frees its key in the worker pays at the least."""
-
-    _socket: tuple[int, socket.socket] | None = None
+    ``SET key id NX PX`` before the body and ``DEL key`` after it (the peers' two commands) on
+    a raw socket (``raw_command``): what any lock that takes and frees its key in the worker
+    pays at the least."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        key = f"floor:{self.name}:{args!r}"
-        self._command(b"SET", key.encode(), str(self.request.id).encode(), b"NX", b"PX", b"60000")
+        url = self.app.conf.redislock_url
+        key = f"floor:{self.name}:{args!r}".encode()
+        raw_command(url, b"SET", key, str(self.request.id).encode(), b"NX", b"PX", b"60000")
         try:
             return self.run(*args, **kwargs)
         finally:
-            self._command(b"DEL", key.encode())
-
-    def _command(self, *args: bytes) -> bytes:
-        state = RawSocketLock._socket
-        if state is None or state[0] != os.getpid():
-            url = urlparse(self.app.conf.redislock_url)
-            sock = socket.create_connection((url.hostname or "127.0.0.1", url.port or 6379))
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            state = RawSocketLock._socket = (os.getpid(), sock)
-        request = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
-        state[1].sendall(request)
-        return state[1].recv(1024)  # "+OK", "$-1" or ":1": one short line, read whole
+            raw_command(url, b"DEL", key)
 
 
 #: Variant name -> (base class or None when not installed, extra task options).
@@ -72,12 +77,16 @@ VARIANTS: dict[str, tuple[type[Task[Any, Any]] | None, dict[str, Any]]] = {
     "celery-once": (QueueOnce, {"once": {"graceful": True}}),
 }
 
-#: ``benchmarks.placement``'s task: a noop that first spins for as many µs as its message's
-#: headers say, in the worker's parent as it receives the message (``PARENT_US``) and in the
-#: pool child before the body (``CHILD_US``): what a µs of CPU costs the worker, by where.
+#: ``benchmarks.placement``'s task: a noop that first does what its message's headers say, in
+#: the worker's parent as it receives the message (``PARENT_*``) and in the pool child before
+#: the body (``CHILD_*``): spin for so many µs of CPU (``*_US``), or make one round trip to
+#: the lock Redis (``*_TRIP``, a ``SET NX PX`` on a raw socket, waiting for its reply). What
+#: CPU and a lock's round trip cost the worker, by where.
 PROBE = "bench.probe.spin"
 PARENT_US = "bench_parent_us"
 CHILD_US = "bench_child_us"
+PARENT_TRIP = "bench_parent_trip"
+CHILD_TRIP = "bench_child_trip"
 
 
 def spin(us: float) -> None:
@@ -88,16 +97,27 @@ def spin(us: float) -> None:
         pass
 
 
+def probe_work(where: str, url: str, task_id: str, us: Any, trip: Any) -> None:
+    spin(float(us or 0))
+    if trip:  # the key says where it was set (the placement test counts them)
+        raw_command(url, b"SET", f"bench:probe:{where}:{task_id}".encode(), b"1", b"NX", b"PX", b"60000")
+
+
 class Spin(Task):  # type: ignore[type-arg]
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        spin(float(getattr(self.request, CHILD_US, None) or 0))
+        request = self.request
+        url = self.app.conf.redislock_url
+        us, trip = getattr(request, CHILD_US, None), getattr(request, CHILD_TRIP, None)
+        probe_work("child", url, str(request.id), us, trip)
         return self.run(*args, **kwargs)
 
 
-def spin_on_receipt(sender: Any = None, request: Any = None, **_: Any) -> None:
-    """``task_received``, in the worker's parent: spin for the probe's ``PARENT_US``."""
+def probe_on_receipt(sender: Any = None, request: Any = None, **_: Any) -> None:
+    """``task_received``, in the worker's parent: the probe's ``PARENT_*`` work."""
     if request is not None and request.name == PROBE:
-        spin(float(request.request_dict.get(PARENT_US) or 0))
+        headers = request.request_dict
+        url = request.task.app.conf.redislock_url
+        probe_work("parent", url, str(request.id), headers.get(PARENT_US), headers.get(PARENT_TRIP))
 
 
 #: Why a variant cannot run here (shown in the report), by name.
@@ -171,5 +191,5 @@ def make_app(broker: str, results: str, locks: str, coord: str, probe: bool = Fa
             return i
 
         app.task(name=PROBE, base=Spin, shared=False)(spun)
-        signals.task_received.connect(spin_on_receipt, weak=False)
+        signals.task_received.connect(probe_on_receipt, weak=False)
     return app

@@ -98,7 +98,7 @@ def test_the_send_path_benchmark_sends_each_variant_against_a_real_broker(
     assert "unknown nope" in capsys.readouterr().err
 
 
-def test_the_placement_benchmark_spins_in_the_process_each_variant_names(tmp_path: Path) -> None:
+def test_the_placement_benchmark_spins_and_calls_in_the_process_each_variant_names(tmp_path: Path) -> None:
     # 2 ms a task: far above what else the parent or a child does for a noop, so each variant's
     # CPU over plain's says which process spun.
     config = Config(n=10, repeats=1, variants=(), probe=True, redis_server="default")
@@ -108,8 +108,11 @@ def test_the_placement_benchmark_spins_in_the_process_each_variant_names(tmp_pat
     try:
         bench.start()
         figures = placement.measure(bench, spins, config.n, config.repeats)
+        # Each round trip variant set one key a task (and the warm-up's), from its own process.
+        made = {where: len(bench.admin.keys(f"bench:probe:{where}:*")) for where in ("parent", "child")}
     finally:
         bench.stop()
+    assert made == {"parent": 20, "child": 20}
     plain = _mean_cpu(figures["plain"].cpu)
     parent = _mean_cpu(figures["parent 2000"].cpu)
     child = _mean_cpu(figures["child 2000"].cpu)
@@ -117,7 +120,9 @@ def test_the_placement_benchmark_spins_in_the_process_each_variant_names(tmp_pat
     assert abs(parent["worker_children"] - plain["worker_children"]) < 1000
     assert child["worker_children"] - plain["worker_children"] > 1500
     assert abs(child["worker_parent"] - plain["worker_parent"]) < 1000
-    assert "| 2000 µs in the parent | " in placement.table(spins, figures)
+    rows = placement.table(spins, figures)
+    assert "| 2000 µs in the parent | " in rows and "| 2000 µs in the child | " in rows
+    assert "| one round trip (`SET NX`, its reply waited for) in the parent | " in rows
 
 
 def test_the_placement_benchmark_names_a_bad_size(capsys: pytest.CaptureFixture[str]) -> None:
