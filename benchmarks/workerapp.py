@@ -32,11 +32,11 @@ except ImportError:  # pragma: no cover
 _raw: list[tuple[int, socket.socket]] = []
 
 
-def raw_command(url: str, *args: bytes) -> bytes:
-    """One command on a raw socket of this process's own, packed and read by hand, with no
-    library code around it: the least a round trip to ``url`` can cost a process."""
+def raw_command(app: Celery, *args: bytes) -> bytes:
+    """One command on a raw socket of this process's own to ``app``'s lock Redis, packed and
+    read by hand, with no library code around it: the least a round trip costs a process."""
     if not _raw or _raw[0][0] != os.getpid():
-        where = urlparse(url)
+        where = urlparse(app.conf.redislock_url)  # read once a process, not once a command
         sock = socket.create_connection((where.hostname or "127.0.0.1", where.port or 6379))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         _raw[:] = [(os.getpid(), sock)]
@@ -53,13 +53,12 @@ class RawSocketLock(Task):  # type: ignore[type-arg]
     pays at the least."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        url = self.app.conf.redislock_url
         key = f"floor:{self.name}:{args!r}".encode()
-        raw_command(url, b"SET", key, str(self.request.id).encode(), b"NX", b"PX", b"60000")
+        raw_command(self.app, b"SET", key, str(self.request.id).encode(), b"NX", b"PX", b"60000")
         try:
             return self.run(*args, **kwargs)
         finally:
-            raw_command(url, b"DEL", key)
+            raw_command(self.app, b"DEL", key)
 
 
 #: Variant name -> (base class or None when not installed, extra task options).
@@ -97,18 +96,17 @@ def spin(us: float) -> None:
         pass
 
 
-def probe_work(where: str, url: str, task_id: str, us: Any, trip: Any) -> None:
+def probe_work(where: str, app: Celery, task_id: str, us: Any, trip: Any) -> None:
     spin(float(us or 0))
     if trip:  # the key says where it was set (the placement test counts them)
-        raw_command(url, b"SET", f"bench:probe:{where}:{task_id}".encode(), b"1", b"NX", b"PX", b"60000")
+        raw_command(app, b"SET", f"bench:probe:{where}:{task_id}".encode(), b"1", b"NX", b"PX", b"60000")
 
 
 class Spin(Task):  # type: ignore[type-arg]
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         request = self.request
-        url = self.app.conf.redislock_url
         us, trip = getattr(request, CHILD_US, None), getattr(request, CHILD_TRIP, None)
-        probe_work("child", url, str(request.id), us, trip)
+        probe_work("child", self.app, str(request.id), us, trip)
         return self.run(*args, **kwargs)
 
 
@@ -116,8 +114,8 @@ def probe_on_receipt(sender: Any = None, request: Any = None, **_: Any) -> None:
     """``task_received``, in the worker's parent: the probe's ``PARENT_*`` work."""
     if request is not None and request.name == PROBE:
         headers = request.request_dict
-        url = request.task.app.conf.redislock_url
-        probe_work("parent", url, str(request.id), headers.get(PARENT_US), headers.get(PARENT_TRIP))
+        us, trip = headers.get(PARENT_US), headers.get(PARENT_TRIP)
+        probe_work("parent", request.task.app, str(request.id), us, trip)
 
 
 #: Why a variant cannot run here (shown in the report), by name.
