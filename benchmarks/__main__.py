@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .harness import Config, run
 from .report import write
-from .servers import SERVER_CHOICES
+from .servers import add_server_option
 
 DEFAULT_OUT = Path(__file__).parent / "results"
 
@@ -27,13 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="tiny sizes: checks the harness, measures nothing"
     )
-    parser.add_argument(
-        "--redis-server",
-        default=Config.redis_server,
-        help="the server binary for both servers: "
-        + "; ".join(f"{name}: {what}" for name, what in SERVER_CHOICES.items())
-        + "; or a path",
-    )
+    add_server_option(parser)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where results.md/.png/.json go")
     args = parser.parse_args(argv)
     config = Config(

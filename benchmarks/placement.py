@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .harness import Bench, Config, _mean_cpu, _paired_ci, _paired_ratio, run_seconds
-from .servers import SERVER_CHOICES
+from .servers import add_server_option
 from .workerapp import CHILD_TRIP, CHILD_US, PARENT_TRIP, PARENT_US, PROBE
 
 PLAIN = "plain"
@@ -120,11 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--us", default="25,50,100", help="comma-separated µs to spin")
     parser.add_argument("--n", type=int, default=300, help="tasks per batch")
     parser.add_argument("--repeats", type=int, default=30, help="measured repeats (+1 warm-up)")
-    parser.add_argument(
-        "--redis-server",
-        default=Config.redis_server,
-        help="; ".join(f"{name}: {what}" for name, what in SERVER_CHOICES.items()) + "; or a path",
-    )
+    add_server_option(parser)
     args = parser.parse_args(argv)
     try:
         sizes = [float(us) for us in args.us.split(",")]

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .harness import HARNESS_COMMANDS, Bench, Config, cpu_seconds
-from .servers import SERVER_CHOICES, server_executable, server_version
+from .servers import add_server_option, server_executable, server_version
 
 #: Buckets, in the order they are printed. "ours" buckets are what the lock costs in Python.
 BUCKETS = (
@@ -334,11 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", default="redislock", help="a variant of benchmarks/workerapp.py")
     parser.add_argument("--n", type=int, default=3000, help="tasks per measured batch")
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
-    parser.add_argument(
-        "--redis-server",
-        default="default",
-        help="; ".join(f"{name}: {what}" for name, what in SERVER_CHOICES.items()) + "; or a path",
-    )
+    add_server_option(parser)
     parser.add_argument("--keep", type=Path, help="a directory to keep py-spy's raw (collapsed) stacks in")
     args = parser.parse_args(argv)
     print(profile(args.variant, args.n, args.rate, args.redis_server, args.keep))

@@ -23,7 +23,7 @@ from typing import Any
 
 from celery_redislock.contrib.testing import RedisServer
 
-from .servers import SERVER_CHOICES, server_executable
+from .servers import add_server_option, server_executable
 from .workerapp import UNAVAILABLE, VARIANTS, make_app
 
 
@@ -82,11 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(VARIANTS),
         help="comma-separated, from: " + ", ".join(VARIANTS) + " (plain is always measured)",
     )
-    parser.add_argument(
-        "--redis-server",
-        default="default",
-        help="; ".join(f"{name}: {meaning}" for name, meaning in SERVER_CHOICES.items()) + "; or a path",
-    )
+    add_server_option(parser)
     args = parser.parse_args(argv)
     wanted = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in wanted if v not in VARIANTS]

