@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from celery import Celery
@@ -35,6 +35,8 @@ from celery_redislock.keys import digest, format_key
 from . import workerapp
 from .servers import server_executable, server_version
 from .workerapp import UNAVAILABLE, VARIANTS, make_app
+
+T = TypeVar("T")
 
 # Commands the harness itself sends to the lock server between measurements.
 HARNESS_COMMANDS = frozenset({"info", "config", "monitor", "echo", "flushall", "slowlog", "script"})
@@ -143,6 +145,14 @@ def run_seconds(pid: int) -> float:
     return total / 1e9
 
 
+def shuffled(items: Sequence[T], repeat: int) -> list[T]:
+    """``items`` in repeat ``repeat``'s order (seeded: runs are comparable), so that neither a
+    position in the repeat nor the item run just before favours one of them."""
+    order = list(items)
+    random.Random(repeat).shuffle(order)
+    return order
+
+
 @dataclass
 class Drained:
     """A batch queued, then drained by the worker alone (``Bench.drain``)."""
@@ -225,11 +235,8 @@ class Bench:
         return self.app.tasks[f"bench.{variant}.{kind}"]
 
     def order(self, repeat: int) -> list[str]:
-        """The variants shuffled per repeat (seeded: runs are comparable), so that neither a
-        position in the repeat nor the variant run just before favours one of them."""
-        order = list(self.variants)
-        random.Random(repeat).shuffle(order)
-        return order
+        """The variants in repeat ``repeat``'s order (``shuffled``)."""
+        return shuffled(self.variants, repeat)
 
     # -- scenario 5: the floor ----------------------------------------------------------------
 

@@ -19,14 +19,13 @@ the throughput less there."""
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .harness import Bench, Config, _mean_cpu, _paired_ci, _paired_ratio, run_seconds
+from .harness import Bench, Config, _mean_cpu, _paired_ci, _paired_ratio, run_seconds, shuffled
 from .servers import add_server_option
 from .workerapp import CHILD_TRIP, CHILD_US, PARENT_TRIP, PARENT_US, PROBE
 
@@ -81,9 +80,7 @@ def measure(bench: Bench, spins: list[Variant], n: int, repeats: int) -> dict[st
     figures = {variant.name: Figures() for variant in spins}
     first = 4 * 10**9  # arguments no other scenario uses
     for repeat in range(repeats + 1):
-        order = list(spins)
-        random.Random(repeat).shuffle(order)
-        for variant in order:
+        for variant in shuffled(spins, repeat):
             calls = [(first + i,) for i in range(n)]
             first += n
             drained = bench.drain(task, calls, headers=variant.headers())

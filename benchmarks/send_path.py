@@ -14,7 +14,6 @@ the worker, so what a send costs there is taken from the worker.
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import sys
 import time
@@ -23,6 +22,7 @@ from typing import Any
 
 from celery_redislock.contrib.testing import RedisServer
 
+from .harness import shuffled
 from .servers import add_server_option, server_executable
 from .workerapp import UNAVAILABLE, VARIANTS, make_app
 
@@ -45,9 +45,8 @@ def measure(variants: Sequence[str], n: int, repeats: int, executable: str) -> d
         try:
             first = 0
             for repeat in range(repeats + 1):
-                order = list(variants)
-                random.Random(repeat).shuffle(order)  # no variant always first after the flush
-                for variant in order:
+                # no variant always first after the flush
+                for variant in shuffled(variants, repeat):
                     figure = cpu_us_per_send(app.tasks[f"bench.{variant}.noop"], n, first)
                     first += n
                     if repeat:
