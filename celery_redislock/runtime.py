@@ -92,7 +92,9 @@ class Runtime:
         # add_defaults puts its mapping above such a module's settings (Celery keeps the
         # module among its defaults): add only the settings it does not give.
         conf.add_defaults({name: value for name, value in SETTING_DEFAULTS.items() if name not in conf})
-        self.app = app
+        # Weakly: the per-app cache is keyed weakly on the app, so a runtime holding it would
+        # keep a dropped app, its runtime and its Redis client alive for good.
+        self._app = weakref.ref(app)
         # One Redis, the master of a Sentinel set, or a Redis Cluster, by the URL's form. The
         # URL is checked now; the client is made on first use (a cluster client connects).
         self._connect = client_factory(
@@ -108,6 +110,14 @@ class Runtime:
         # Task name -> whether some execution of it may wait for its key (see waited_on).
         self._waited_on: dict[str, bool] = {}
         self._mutex = threading.Lock()
+
+    @property
+    def app(self) -> Celery:
+        """The app whose settings these are (alive as long as anything can reach its runtime)."""
+        app = self._app()
+        if app is None:
+            raise ReferenceError("the Celery app of this celery_redislock runtime was garbage-collected")
+        return app
 
     @property
     def engine(self) -> LockEngine:

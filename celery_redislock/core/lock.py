@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import threading
-import weakref
 from abc import ABC, abstractmethod
 from types import TracebackType
 from typing import Any, Callable, Generic, TypeVar
@@ -30,11 +29,16 @@ _T = TypeVar("_T")
 
 class PerClient(Generic[_T]):
     """One ``make(client)`` per Redis client: one engine per client, so that the renewal timer
-    renews everything held through a client in one batch."""
+    renews everything held through a client in one batch.
 
-    def __init__(self, make: Callable[[redis.Redis], _T]) -> None:
+    Kept on the client itself (an attribute named after ``name``), so it lives as long as the
+    client and no longer: a cache keyed weakly on the client would hold it through its value
+    (an engine holds its client), and neither would ever be freed.
+    """
+
+    def __init__(self, name: str, make: Callable[[redis.Redis], _T]) -> None:
         self._make = make
-        self._made: weakref.WeakKeyDictionary[redis.Redis, _T] = weakref.WeakKeyDictionary()
+        self._attribute = f"_celery_redislock_{name}"
         self._mutex = threading.Lock()
         # Another thread may hold the mutex at fork time: a child starts with a fresh one.
         os.register_at_fork(after_in_child=self._after_fork)
@@ -43,15 +47,18 @@ class PerClient(Generic[_T]):
         self._mutex = threading.Lock()
 
     def __call__(self, client: redis.Redis) -> _T:
-        with self._mutex:
-            made = self._made.get(client)
-            if made is None:
-                made = self._made[client] = self._make(client)
-            return made
+        made: _T | None = getattr(client, self._attribute, None)
+        if made is None:
+            with self._mutex:
+                made = getattr(client, self._attribute, None)
+                if made is None:
+                    made = self._make(client)
+                    setattr(client, self._attribute, made)
+        return made
 
 
 #: The lock engine of a client.
-lock_engine_for: PerClient[LockEngine] = PerClient(make_engine)
+lock_engine_for: PerClient[LockEngine] = PerClient("lock_engine", make_engine)
 
 
 class HeldInRedis(ABC, Generic[_E]):

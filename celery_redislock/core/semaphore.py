@@ -18,7 +18,7 @@ __all__ = ["RedisSemaphore", "semaphore_engine_for", "take_slot", "waiter_ttl"]
 logger = logging.getLogger("celery_redislock.semaphore")
 
 #: The semaphore engine of a client.
-semaphore_engine_for: PerClient[SemaphoreEngine] = PerClient(make_semaphore_engine)
+semaphore_engine_for: PerClient[SemaphoreEngine] = PerClient("semaphore_engine", make_semaphore_engine)
 
 
 def waiter_ttl(retry_delay: float) -> float:
