@@ -63,7 +63,6 @@ _OURS = {
     "renewal.py": "renewal",
     "locks.py": "engine",
     "scripts.py": "engine",
-    "resp.py": "engine",
     "leases.py": "engine",
     "lock.py": "engine",
     "waiting.py": "engine",
@@ -96,8 +95,6 @@ _SOCKET_CALLS = {
     ("AbstractConnection.send_packed_command", "connection.py"),
     ("Connection._recv", "connection.py"),
     ("Connection._send", "connection.py"),
-    # The hot path's own socket calls (core/resp.py): sendall and recv run in this frame.
-    ("call", "resp.py"),
 }
 
 

@@ -1,6 +1,6 @@
 """Our Python on a task's path, in one process: Celery's own tracer runs a trivial task, plain
-and as a ``SingletonTask``, with the lock's two replies canned (no server: the engine's own
-connection talks to a socket object that answers at once).
+and as a ``SingletonTask``, with the lock's two replies canned (no server: the lock client's
+connections talk to a socket object that answers at once).
 
     python -m benchmarks.task_path [--n 5000] [--repeats 9]
     python -m benchmarks.task_path --instructions [--n 1000]
@@ -33,6 +33,7 @@ import os
 import re
 import resource
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -47,7 +48,7 @@ from celery.app.trace import build_tracer
 
 import celery_redislock
 from celery_redislock import SingletonTask
-from celery_redislock.core import LockEngine, conditional_delete
+from celery_redislock.core import LockEngine
 from celery_redislock.runtime import runtime_for
 
 #: A TTL long enough that the renewal timer never fires during a run (it would try the
@@ -61,34 +62,60 @@ RELEASES = ("script", "delifeq")
 
 
 class CannedSocket:
-    """Stands for the socket of the engine's own connection: every key is free (a SET answers
-    OK), every release deletes (it answers 1), and the server has ``DELIFEQ`` if ``release``
-    says so. The commands are packed and the replies parsed as on a real socket; only the
-    system calls are left out."""
+    """Stands for the socket of a connection of the lock client's pool: every key is free (a
+    SET answers OK), every release deletes (it answers 1), and the server has ``DELIFEQ`` if
+    ``release`` says so. redis-py packs the commands and parses the replies as on a real
+    socket; only the system calls are left out (a read with nothing sent finds nothing, as
+    the pool's check for unread data does)."""
 
     def __init__(self, release: str = "script") -> None:
-        self._reply = b""
+        self._sent: list[bytes] = []
         self._commands = b"*1\r\n$7\r\ndelifeq\r\n" if release == "delifeq" else b"*0\r\n"
 
-    def sendall(self, request: bytes) -> None:
-        if request.startswith(b"*6\r\n$3\r\nSET\r\n"):
-            self._reply = b"+OK\r\n"
-        elif request == conditional_delete.QUESTION_PACKED:
-            self._reply = self._commands
-        else:
-            self._reply = b":1\r\n"
+    def sendall(self, data: bytes) -> None:
+        self._sent.append(bytes(data))
 
     def recv(self, size: int) -> bytes:
-        return self._reply
+        if not self._sent:
+            raise socket.timeout
+        request = b"".join(self._sent)
+        self._sent.clear()
+        if b"\r\nSET\r\n" in request:
+            return b"+OK\r\n"
+        if b"\r\nCOMMAND\r\n" in request:  # which conditional delete the server has
+            return self._commands
+        return b":1\r\n"
 
-    def gettimeout(self) -> None:
-        return None  # as a socket whose timeout the kernel keeps (core.resp.kernel_timeouts)
+    def settimeout(self, timeout: float | None) -> None:
+        pass
+
+    def shutdown(self, how: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def canned_connection(release: str) -> type[redis.Connection]:
+    """A connection class whose socket is a ``CannedSocket`` (no hand-shake: nothing to greet)."""
+
+    class CannedConnection(redis.Connection):
+        def _connect(self) -> Any:
+            return CannedSocket(release)
+
+        def on_connect(self) -> None:
+            self._parser.on_connect(self)
+
+        def on_connect_check_health(self, check_health: bool = True) -> None:
+            self.on_connect()
+
+    return CannedConnection
 
 
 def make_app(release: str = "script") -> tuple[Celery, Task[Any, Any], Task[Any, Any]]:
     app = Celery("task_path", set_as_current=False)
     # Nothing connects: the broker is never used by the tracer, the results go to memory,
-    # and the lock engine's direct connection is canned.
+    # and the lock client's connections are canned.
     app.conf.update(
         broker_url="memory://",
         result_backend="cache+memory://",
@@ -106,11 +133,8 @@ def make_app(release: str = "script") -> tuple[Celery, Task[Any, Any], Task[Any,
     # returned before finalize() is a proxy, whose every attribute and call goes through
     # Celery's Proxy (a custom __call__'s tracer calls the task through it on every task).
     plain, locked = app.tasks["task_path.plain"], app.tasks["task_path.locked"]
-    engine = LockEngine(redis.Redis(port=1))
-    assert engine._direct is not None
-    connection = engine._direct.connection()
-    connection._sock = CannedSocket(release)
-    runtime_for(app).engine = engine
+    pool = redis.ConnectionPool(connection_class=canned_connection(release))
+    runtime_for(app).engine = LockEngine(redis.Redis(connection_pool=pool))
     return app, plain, locked
 
 

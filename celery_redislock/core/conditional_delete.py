@@ -17,9 +17,7 @@ from typing import Any
 
 from redis.exceptions import NoPermissionError, ResponseError
 
-from . import resp
-
-__all__ = ["COMMANDS", "QUESTION", "QUESTION_PACKED", "ConditionalDelete", "choose", "unavailable"]
+__all__ = ["COMMANDS", "QUESTION", "ConditionalDelete", "choose", "unavailable"]
 
 
 @dataclass(frozen=True)
@@ -30,22 +28,16 @@ class ConditionalDelete:
     name: str
     #: The words between the key and the value (``IFEQ`` for ``DELEX``).
     condition: tuple[str, ...]
-    #: The request packed, with the key's and the value's lengths and bytes to fill in.
-    template: bytes
-
-    def request(self, key: bytes, value: bytes) -> bytes:
-        """The command for ``key`` and ``value``, packed (RESP)."""
-        return self.template % (len(key), key, len(value), value)
 
     def args(self, key: str, value: str) -> tuple[str, ...]:
-        """The same command as arguments (for redis-py's path)."""
+        """The command for ``key`` and ``value``, as arguments."""
         return (self.name.upper(), key, *self.condition, value)
 
 
 #: What a server is asked for, in order of preference (a server has at most one of them).
 COMMANDS = (
-    ConditionalDelete("delifeq", (), b"*3\r\n$7\r\nDELIFEQ\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n"),
-    ConditionalDelete("delex", ("IFEQ",), b"*4\r\n$5\r\nDELEX\r\n$%d\r\n%b\r\n$4\r\nIFEQ\r\n$%d\r\n%b\r\n"),
+    ConditionalDelete("delifeq", ()),
+    ConditionalDelete("delex", ("IFEQ",)),
 )
 
 
@@ -54,8 +46,6 @@ COMMANDS = (
 #: argument (its packer splits it) has no reply callback, where "COMMAND" has one that cannot
 #: read this reply.
 QUESTION = ("COMMAND LIST", "FILTERBY", "PATTERN", "del*")
-#: The same, packed (RESP), as the direct connection sends it.
-QUESTION_PACKED = resp.pack((*QUESTION[0].split(), *QUESTION[1:]))
 
 
 def choose(reply: Any) -> ConditionalDelete | None:

@@ -10,7 +10,6 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from ..keys import fence_key
-from . import resp
 from .leases import AcquireResult, AcquireStatus, Client, Lease, LockInfo, RenewReport, as_text
 from .scripts import (
     ACQUIRE,
@@ -19,7 +18,7 @@ from .scripts import (
     RENEW,
     TRANSFER,
     BatchRenewal,
-    DirectConnection,
+    PooledCalls,
     chunks,
     flatten,
     pipelined_scripts,
@@ -50,7 +49,7 @@ class LockEngine(BatchRenewal):
         self._release_exact = client.register_script(RELEASE_EXACT)
         self._renew = client.register_script(RENEW)
         self._transfer = client.register_script(TRANSFER)
-        self._direct = DirectConnection.for_client(client)
+        self._calls = PooledCalls.for_client(client)
 
     def acquire(
         self,
@@ -97,11 +96,9 @@ class LockEngine(BatchRenewal):
         """Take a free ``key`` for ``holder`` (``SET NX PX``): True when taken; False when
         it is held, by anyone (``acquire`` then tells re-entry and take-over apart)."""
         ttl = ttl_arg(ttl_ms)
-        direct = self._direct
-        if direct is not None:
-            encoding = direct.encoding
-            request = resp.set_nx_px(key.encode(encoding), holder.encode(encoding), ttl.encode("ascii"))
-            return direct.send(request, ("SET", key, holder, "NX", "PX", ttl)) is not None
+        calls = self._calls
+        if calls is not None:
+            return calls.execute("SET", key, holder, "NX", "PX", ttl) is not None
         return bool(self.client.set(key, holder, nx=True, px=int(ttl)))
 
     def release(self, key: str, holder: str, *, notify: str | None = None) -> bool:
@@ -110,9 +107,9 @@ class LockEngine(BatchRenewal):
         Returns False when the lock had expired or another holder has it (nothing deleted).
         """
         if notify is None:  # the usual case: the shorter script, cheaper on the server
-            direct = self._direct
-            if direct is not None:  # a task's release: straight to the process's connection
-                return bool(direct.release_exact(self._release_exact, key, holder) == 1)
+            calls = self._calls
+            if calls is not None:  # a task's release: the server's conditional delete, or the script
+                return bool(calls.release_exact(self._release_exact, key, holder) == 1)
             return bool(self._release_exact(keys=[key], args=[holder]) == 1)
         return bool(self._script(self._release, key, holder, "0", notify) == 1)
 
@@ -127,11 +124,11 @@ class LockEngine(BatchRenewal):
         return bool(self._script(self._transfer, key, holder, to, ttl_arg(ttl_ms)) == 1)
 
     def _script(self, script: Script, key: str | list[str], *args: str) -> Any:
-        """One call of ``script`` on ``key`` (or keys of one slot), on the direct connection
-        where there is one."""
+        """One call of ``script`` on ``key`` (or keys of one slot), through ``PooledCalls``
+        where the client allows it."""
         keys = [key] if isinstance(key, str) else key
-        if self._direct is not None:
-            return self._direct.script(script, keys, args)
+        if self._calls is not None:
+            return self._calls.script(script, keys, args)
         return script(keys=keys, args=args)
 
     def holder_of(self, key: str) -> str | None:

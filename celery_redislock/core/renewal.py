@@ -11,7 +11,6 @@ import redis
 
 from ..stats import counters
 from .leases import Lease, LeaseEngine, RenewReport
-from .process import pid
 
 __all__ = ["LeaseEvent", "LeaseListener", "Renewer", "add_listener", "get_renewer"]
 
@@ -51,7 +50,7 @@ class Renewer:
     """
 
     def __init__(self) -> None:
-        self.pid = pid()
+        self.pid = os.getpid()
         # Guards _held and _renewing. Held only for dict operations: never across a network call.
         self._mutex = threading.Lock()
         # Held for a whole renewal cycle: a discard() that finds a cycle in flight waits for it,
@@ -212,13 +211,14 @@ _renewer_lock = threading.Lock()
 
 
 def get_renewer() -> Renewer:
-    """This process's renewer; a forked child gets its own (the parent's thread is not in it)."""
+    """This process's renewer; a forked child gets its own (the parent's thread is not in it:
+    the fork hook below forgets the parent's)."""
     global _renewer
     renewer = _renewer
-    if renewer is not None and renewer.pid == pid() and not renewer.stopped:
+    if renewer is not None and not renewer.stopped:
         return renewer
     with _renewer_lock:
-        if _renewer is None or _renewer.pid != pid() or _renewer.stopped:
+        if _renewer is None or _renewer.stopped:
             _renewer = Renewer()
         return _renewer
 

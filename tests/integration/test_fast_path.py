@@ -1,10 +1,13 @@
 """The engine's uncontended path against a real redis-server: SET NX first, the acquire script only
-when the key is held (with the script's every outcome), and the per-process direct connection."""
+when the key is held (with the script's every outcome), each call on a connection of the
+client's pool (threads, a forked child, a pool-wide disconnect, a pool of one)."""
 
 from __future__ import annotations
 
 import os
 import threading
+import time
+import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -117,8 +120,8 @@ def engine_on(redislock_server: RedisServer) -> Iterator[Callable[[], LockEngine
 def test_threads_sharing_an_engine_never_read_each_others_replies(
     engine_on: Callable[[], LockEngine],
 ) -> None:
-    # The renewal thread and a threads pool share one engine: the direct connection is used by
-    # one thread at a time (the others take the pool's), or replies would be crossed.
+    # The renewal thread and a threads pool share one engine: each call has a connection of
+    # the pool to itself, or replies would be crossed.
     engine = engine_on()
     failures: list[str] = []
 
@@ -145,9 +148,10 @@ def test_a_forked_child_talks_to_redis_on_a_connection_of_its_own(
     engine_on: Callable[[], LockEngine], redislock_redis: redis.Redis
 ) -> None:
     engine = engine_on()
-    assert engine._direct is not None
-    assert engine.acquire("lock:parent", "parent", 10_000).acquired  # the parent's connection made
-    parent_id = engine._direct.execute("CLIENT", "ID")
+    client = engine.client
+    assert isinstance(client, redis.Redis)
+    assert engine.acquire("lock:parent", "parent", 10_000).acquired  # the pool's connection made
+    parent_id = client.client_id()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report its connection's id and whether its calls went right
@@ -157,8 +161,7 @@ def test_a_forked_child_talks_to_redis_on_a_connection_of_its_own(
                 and engine.release(f"lock:child:{n}", "child")
                 for n in range(50)
             )
-            assert engine._direct is not None
-            os.write(write, f"{engine._direct.execute('CLIENT', 'ID')} {child_ok}".encode())
+            os.write(write, f"{client.client_id()} {child_ok}".encode())
         finally:
             os._exit(0)
     os.close(write)
@@ -168,12 +171,46 @@ def test_a_forked_child_talks_to_redis_on_a_connection_of_its_own(
     assert child_ok == "True"
     assert int(child_id) != parent_id
     # The parent's connection was left alone by the child: its next replies are its own.
-    assert engine._direct.execute("CLIENT", "ID") == parent_id
+    assert client.client_id() == parent_id
     assert engine.release("lock:parent", "parent") is True
     assert redislock_redis.keys("lock:child:*") == []
 
 
-def test_the_direct_connection_reconnects_after_a_redis_restart_and_reloads_the_scripts(
+def test_the_engines_connection_is_its_pools_so_a_pool_wide_disconnect_reaches_it(
+    redislock_server: RedisServer, redislock_redis: redis.Redis
+) -> None:
+    name = f"fast-path-{uuid.uuid4().hex[:8]}"
+    client = redislock_server.client(client_name=name)
+    try:
+        engine = LockEngine(client)
+        assert engine.acquire("lock:pool", "me", 10_000).acquired
+        assert [c["name"] for c in redislock_redis.client_list()].count(name) == 1
+        client.connection_pool.disconnect()
+        deadline = time.monotonic() + 10
+        while name in [c["name"] for c in redislock_redis.client_list()]:  # the server sees it go
+            assert time.monotonic() < deadline, "the engine's connection outlived the pool's disconnect"
+            time.sleep(0.01)
+        # And the next call connects again, as any call on the pool does.
+        assert engine.release("lock:pool", "me") is True
+    finally:
+        client.close()
+
+
+def test_an_engine_on_a_pool_of_one_connection_never_asks_for_a_second(
+    redislock_server: RedisServer,
+) -> None:
+    client = redislock_server.client(max_connections=1)
+    try:
+        engine = LockEngine(client)
+        for n in range(3):  # the first release also asks the server for its conditional delete
+            assert engine.acquire(f"lock:one:{n}", "me", 10_000).acquired
+            assert engine.holder_of(f"lock:one:{n}") == "me"
+            assert engine.release(f"lock:one:{n}", "me") is True
+    finally:
+        client.close()
+
+
+def test_the_engine_reconnects_after_a_redis_restart_and_reloads_the_scripts(
     engine_on: Callable[[], LockEngine], redislock_server: RedisServer
 ) -> None:
     engine = engine_on()

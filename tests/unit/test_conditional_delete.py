@@ -1,15 +1,12 @@
 """The conditional-delete commands as data: which one a server's answer picks, what a reply error
-means, and that each packed request is what the generic packer gives (no server here: the
-behaviour against real servers is tests/integration/test_conditional_delete.py)."""
+means, and each command's arguments (no server here: the behaviour against real servers is
+tests/integration/test_conditional_delete.py)."""
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 from redis.exceptions import NoPermissionError, ReadOnlyError, ResponseError
 
-from celery_redislock.core import conditional_delete, resp
 from celery_redislock.core.conditional_delete import COMMANDS, choose, unavailable
 
 DELIFEQ, DELEX = COMMANDS
@@ -39,13 +36,6 @@ def test_only_an_unknown_or_denied_command_turns_back_to_the_script() -> None:
     assert not unavailable(ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"))
 
 
-def test_the_packed_question_is_the_question_as_redis_py_would_send_it() -> None:
-    words = conditional_delete.QUESTION[0].split() + list(conditional_delete.QUESTION[1:])
-    assert resp.pack(words) == conditional_delete.QUESTION_PACKED
-
-
-@given(key=st.text(min_size=1), value=st.text())
-def test_each_packed_request_is_what_the_generic_packer_gives(key: str, value: str) -> None:
-    for command in conditional_delete.COMMANDS:
-        packed = command.request(key.encode(), value.encode())
-        assert packed == resp.pack(command.args(key, value))
+def test_each_command_puts_its_condition_between_the_key_and_the_value() -> None:
+    assert DELIFEQ.args("k", "v") == ("DELIFEQ", "k", "v")
+    assert DELEX.args("k", "v") == ("DELEX", "k", "IFEQ", "v")

@@ -71,9 +71,12 @@ def test_the_task_path_counts_our_bytecodes_by_function_and_nothing_of_celerys()
     lines = out.splitlines()
     assert lines[0].startswith("bytecodes a task executes in celery_redislock, by function")
     counted = {line.split()[1]: int(line.split()[0].replace(",", "")) for line in lines[1:]}
-    # The task's own entry and both commands' packing are counted; Celery's tracer is not.
+    # The task's own entry and both commands' calls are counted; Celery's tracer is not.
     assert counted["task.py:SingletonTask.__call__"] > 0
-    assert counted["core/resp.py:set_nx_px"] > 0 and counted["core/resp.py:evalsha"] > 0
+    assert (
+        counted["core/scripts.py:PooledCalls.execute"] > 0
+        and counted["core/scripts.py:PooledCalls.script"] > 0
+    )
     assert not any("celery/" in name for name in counted)
     total = counted.pop("all")
     assert total == sum(counted.values())
@@ -82,8 +85,8 @@ def test_the_task_path_counts_our_bytecodes_by_function_and_nothing_of_celerys()
 def test_the_task_path_takes_the_release_a_server_with_a_conditional_delete_gets() -> None:
     out = task_path("--opcodes", "--n", "20", "--release", "delifeq").stdout
     counted = {line.split()[1]: int(line.split()[0].replace(",", "")) for line in out.splitlines()[1:]}
-    assert counted["core/conditional_delete.py:ConditionalDelete.request"] > 0
-    assert "core/resp.py:evalsha" not in counted  # no script call
+    assert counted["core/conditional_delete.py:ConditionalDelete.args"] > 0
+    assert "core/scripts.py:PooledCalls.script" not in counted  # no script call
 
 
 def test_the_send_path_benchmark_sends_each_variant_against_a_real_broker(
