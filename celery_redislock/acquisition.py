@@ -12,8 +12,6 @@ import time
 from dataclasses import dataclass
 from typing import Union
 
-import redis
-
 from .core import (
     AcquireResult,
     AcquireStatus,
@@ -23,6 +21,7 @@ from .core import (
     SemaphoreLease,
     SlotResult,
 )
+from .core.leases import REDIS_ERRORS
 from .core.renewal import Renewer, get_renewer
 from .core.semaphore import take_slot
 from .core.waiting import wait_for
@@ -150,7 +149,7 @@ class Holding:
                 logger.error(
                     "Lock %s was no longer held by %s at release (expired or taken)", lease.key, lease.holder
                 )
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             counters.incr("redis_errors")
             logger.warning(
                 "Could not release lock %s: %r; it expires in at most %ss",
@@ -169,7 +168,7 @@ class Holding:
         """Free a lock handed to ``to`` whose next run will not come (no retry was sent)."""
         try:
             self.runtime.engine.release(self.lease.key, to)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             logger.warning("Could not release lock %s: %r; it expires on its TTL", self.lease.key, exc)
 
 

@@ -15,7 +15,7 @@ from celery.bin.base import CeleryCommand, CeleryOption, CLIContext, handle_prel
 from celery.exceptions import CeleryCommandException
 from celery.platforms import EX_FAILURE, EX_UNAVAILABLE
 
-from .core.leases import as_text
+from .core.leases import REDIS_ERRORS, as_text
 from .errors import RedisLockError
 from .keys import parse_key
 from .mode_keys import mode_keys
@@ -65,7 +65,7 @@ def _runtime(ctx: click.Context) -> Runtime:
         raise CeleryCommandException(f"redislock_url cannot be used: {exc}", EX_FAILURE) from None
 
 
-def _redis_failure(ctx: click.Context, exc: redis.RedisError, after: str = "") -> CeleryCommandException:
+def _redis_failure(ctx: click.Context, exc: Exception, after: str = "") -> CeleryCommandException:
     """One ``Error:`` line naming the (masked) URL; unreachable exits like Celery's own commands."""
     url = mask_url(_runtime(ctx).settings.url)
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
@@ -80,7 +80,7 @@ def _redis_errors(command: _F) -> _F:
     def wrapper(ctx: click.Context, *args: Any, **kwargs: Any) -> Any:
         try:
             return command(ctx, *args, **kwargs)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise _redis_failure(ctx, exc) from None
 
     return cast(_F, wrapper)
@@ -370,7 +370,7 @@ def purge(ctx: click.Context, task: str | None, yes: bool, verbose: bool) -> Non
 
     try:
         _purge(runtime, task, removed)
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         raise _redis_failure(
             ctx, exc, f" ({_plural(count)} purged before the error)" if count else ""
         ) from None

@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-import redis
 from celery.utils import uuid
 
 from . import enqueue
 from .acquisition import Execution
+from .core.leases import REDIS_ERRORS
 from .enqueue import Publish, seconds_until
 from .errors import DuplicateTaskError
 from .events import send_duplicate
@@ -70,7 +70,7 @@ def send(
         delay_ms = runtime.modes.debounce_call(
             key, task_id, settings.debounce_ms, settings.debounce_max_ms, ttl_ms
         )
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         # Not recorded: it is sent with the full delay and runs when due (a burst then runs more
         # than once, which is better than losing its last call).
         counters.incr("redis_errors")

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from datetime import datetime, timezone, tzinfo
 from typing import TYPE_CHECKING, Any, Callable
 
-import redis
 from celery.utils import uuid
 
+from .core.leases import REDIS_ERRORS
 from .errors import LockUnavailableError
 from .events import send_duplicate
 from .holders import queued_id, task_id_of
@@ -65,7 +65,7 @@ def send(
     try:
         # Takes the key, or re-enters this task id's own queued lock (a retry's).
         result = runtime.engine.acquire(key, queued, ttl_ms)
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         counters.incr("redis_errors")
         url = mask_url(runtime.settings.url)
         if plan.options.on_redis_error == "fail":

@@ -5,6 +5,8 @@ from __future__ import annotations
 import reprlib
 from typing import Any
 
+from .holders import task_id_of
+
 _repr = reprlib.Repr()
 _repr.maxstring = 60
 _repr.maxother = 60
@@ -97,8 +99,8 @@ class DuplicateTaskError(RedisLockError):
     @property
     def holder_task_id(self) -> str:
         """The task id of the holder, for ``AsyncResult(error.holder_task_id)``: every holder id
-        starts with it, up to the first ``@`` (runtime.task_id_of)."""
-        return self.holder.split("@", 1)[0]
+        starts with it, escaped (``holders.task_id_of``)."""
+        return task_id_of(self.holder)
 
 
 class LockUnavailableError(RedisLockError):

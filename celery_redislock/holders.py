@@ -23,10 +23,12 @@ from pathlib import Path
 
 __all__ = [
     "BOOT_ID",
+    "HANDOVER_SUFFIX",
     "QUEUED_SUFFIX",
     "any_delivery_prefix",
     "debounced_id",
     "handover_id",
+    "held_by_no_execution",
     "holder_id",
     "holder_prefix",
     "latest_id",
@@ -125,10 +127,20 @@ def any_delivery_prefix(task_id: str) -> str:
     return f"{_escaped(task_id)}@"
 
 
+#: Ends the holder id of a lock handed over to the next execution of a task id.
+HANDOVER_SUFFIX = "@handover"
+
+
 def handover_id(task_id: str) -> str:
     """The value a lock holds while handed over to the next execution of ``task_id``
     (a retry with ``release_on_retry=False``, or a task locked at enqueue)."""
-    return f"{_escaped(task_id)}@handover"
+    return f"{_escaped(task_id)}{HANDOVER_SUFFIX}"
+
+
+def held_by_no_execution(holder: str) -> bool:
+    """Whether ``holder`` is a lock no execution holds: taken at enqueue and not started yet,
+    or handed over to a retry."""
+    return holder.endswith((QUEUED_SUFFIX, HANDOVER_SUFFIX))
 
 
 def new_holder_id() -> str:

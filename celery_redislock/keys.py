@@ -27,6 +27,9 @@ __all__ = [
     "parse_key",
     "release_channel",
     "semaphore_keys",
+    "slot_key",
+    "slot_key_owner",
+    "untaggable",
 ]
 
 #: ``lock_key`` as a callable: ``(task, args, kwargs) -> str``.
@@ -253,26 +256,42 @@ def _hash_tag(key: str) -> str | None:
     return key[start + 1 : end] if end > start + 1 else None
 
 
+def slot_key(key: str, name: str) -> str:
+    """The key ``name`` of the lock at ``key`` (its fence, a semaphore's queue, a mode's latest
+    call), named so that Redis Cluster puts it in ``key``'s slot: every key one script touches
+    must share a slot. The one rule every such key is named by.
+
+    A key with a hash tag keeps it (``{t}:a:b`` -> ``{t}:a:b:latest``); one without is wrapped
+    in one (``a:b`` -> ``{a:b}:latest``, the slot of ``a:b``). A key without a tag that has a
+    ``}`` cannot be wrapped: it is suffixed only (one Redis is fine, a cluster is not; the task
+    keys never are such, see :func:`untaggable`).
+    """
+    base = key if _hash_tag(key) is not None or "}" in key else "{" + key + "}"
+    return f"{base}:{name}"
+
+
+def slot_key_owner(slot_name: str) -> tuple[str, str] | None:
+    """``(key, name)`` of a key made by :func:`slot_key`; None for any other key."""
+    base, _, name = slot_name.rpartition(":")
+    key = base[1:-1] if base.startswith("{") and base.endswith("}") else base
+    return (key, name) if key and slot_key(key, name) == slot_name else None
+
+
+def untaggable(key: str) -> bool:
+    """Whether no other key can be named in ``key``'s cluster slot by :func:`slot_key`: a
+    key without a hash tag that has a ``}`` (``a}b``, ``a{}b``)."""
+    return _hash_tag(key) is None and "}" in key
+
+
 def semaphore_keys(key: str) -> tuple[str, str, str]:
     """The waiters' queue, the waiters' liveness and the ticket counter of the semaphore whose
-    holders live at ``key``, named so that Redis Cluster puts them in ``key``'s slot.
-
-    A key with a hash tag keeps it (``x{t}y`` -> ``x{t}y:queue``); one without is wrapped in
-    one (``a:b`` -> ``{a:b}:queue``, the slot of ``a:b``). A key without a tag that has a
-    ``}`` cannot be wrapped: its keys are suffixed only (one Redis is fine, a cluster is not).
-    """
-    base = _slot_base(key)
-    return f"{base}:queue", f"{base}:alive", f"{base}:ticket"
+    holders live at ``key``, in ``key``'s cluster slot (:func:`slot_key`)."""
+    return slot_key(key, "queue"), slot_key(key, "alive"), slot_key(key, "ticket")
 
 
 def fence_key(key: str) -> str:
-    """The fencing-token counter of the lock at ``key``, in ``key``'s slot (as ``semaphore_keys``)."""
-    return f"{_slot_base(key)}:fence"
-
-
-def _slot_base(key: str) -> str:
-    # A key's own name where it names its slot already, else wrapped in a hash tag naming it.
-    return key if _hash_tag(key) is not None or "}" in key else "{" + key + "}"
+    """The fencing-token counter of the lock at ``key``, in ``key``'s slot (:func:`slot_key`)."""
+    return slot_key(key, "fence")
 
 
 def _describe(task_name: str, signature: inspect.Signature) -> str:
@@ -310,6 +329,15 @@ class KeyBuilder:
         if ":" in task_name:
             # parse_key splits on the last two ':'; the name's head would be read as the prefix.
             raise OptionError("name", self.source, "contains ':', which separates the parts of a lock key")
+        if untaggable(self._head):
+            # Its fence, semaphore and mode keys could not share its cluster slot (CROSSSLOT).
+            raise OptionError(
+                "name",
+                self.source,
+                f"makes lock keys {self._head}<digest> with a '}}' outside a {{hash tag}}, whose "
+                "other keys Redis Cluster could not keep in their slot: use a task name and "
+                "redislock_key_prefix without '}', or with one non-empty {tag}",
+            )
         self._signature = inspect.signature(func)
         self._described = _describe(task_name, self._signature)
         self._func: LockKeyFunc | None = None

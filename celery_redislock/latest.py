@@ -18,7 +18,6 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
-import redis
 from celery import Task
 from celery.exceptions import Ignore
 from celery.utils import uuid
@@ -26,6 +25,7 @@ from celery.utils import uuid
 from . import enqueue
 from .acquisition import Execution, Outcome, Refused, freed_dead_delivery, hold
 from .core import Lease
+from .core.leases import REDIS_ERRORS
 from .core.modes import LatestReply, latest_key
 from .enqueue import Publish
 from .holders import any_delivery_prefix, latest_id, task_id_of
@@ -88,7 +88,7 @@ def send(
             # Forget it (if still the latest), so the calls queued before it run.
             try:
                 runtime.engine.release(latest_key(key), task_id)
-            except redis.RedisError:
+            except REDIS_ERRORS:
                 logger.warning("Could not forget %s as the latest of %s; it expires on its TTL", task_id, key)
         raise
 
@@ -100,7 +100,7 @@ def _record(task: SingletonTask, runtime: Runtime, key: str, task_id: str, ttl_m
     try:
         runtime.engine.client.set(latest_key(key), task_id, px=ttl_ms)
         return True
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         counters.incr("redis_errors")
         logger.warning(
             "Sending %s[%s] unrecorded as the latest: Redis at %s is unreachable (%r)",

@@ -1,6 +1,6 @@
-"""What the dedup modes keep in Redis beside the locks, for ``celery redislock list``:
-``{lock key}:latest`` (keep_latest's latest call), ``{lock key}:debounce`` (debounce's latest
-call) and ``{lock key}:burst`` (when the debounced burst's first call came, server ms). A
+"""What the dedup modes keep in Redis beside the locks, for ``celery redislock list``: the
+lock key's ``latest`` (keep_latest's latest call), ``debounce`` (debounce's latest call) and
+``burst`` (when the debounced burst's first call came, server ms), named by ``keys.slot_key``. A
 throttle's window is the lock key itself, held by ``{task id}@throttled``: listed as a lock."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .core.leases import as_text
-from .keys import parse_key
+from .keys import parse_key, slot_key, slot_key_owner
 from .runtime import Runtime
 
 __all__ = ["MODE_SUFFIXES", "mode_keys"]
@@ -29,11 +29,14 @@ def mode_keys(runtime: Runtime, pattern: str, task: str | None) -> Iterator[tupl
     ``pattern`` is the glob of the lock keys (``prefix:*`` or ``prefix:task:*``)."""
     prefix = runtime.settings.key_prefix
     batch: list[tuple[str, str, str]] = []
-    for raw in runtime.engine.scan("{" + pattern + "}:*", BATCH):
+    # The glob of the lock keys named as slot_key names a key beside them: a prefix with a hash
+    # tag keeps it (``{t}:*:*``), one without is wrapped (``{prefix:*}:*``).
+    for raw in runtime.engine.scan(slot_key(pattern, "*"), BATCH):
         key = as_text(raw)
-        lock_key, _, suffix = key[1:].rpartition("}:")
-        if suffix not in MODE_SUFFIXES:  # a semaphore's own keys ({key}:queue, ...): not ours
+        owner = slot_key_owner(key)
+        if owner is None or owner[1] not in MODE_SUFFIXES:  # a lock, a semaphore's queue, ...
             continue
+        lock_key, suffix = owner
         try:
             key_prefix, key_task, _ = parse_key(lock_key)
         except ValueError:

@@ -7,7 +7,6 @@ import logging
 import sys
 from typing import Any, NoReturn
 
-import redis
 from celery import Task, states
 from celery.backends.base import DisabledBackend
 from celery.exceptions import Ignore
@@ -121,9 +120,9 @@ def finished(task: AnyTask) -> bool:
     return state in states.READY_STATES
 
 
-def on_redis_error(task: AnyTask, url: str, options: LockOptions, key: str, exc: redis.RedisError) -> None:
-    """Redis at ``url`` is unreachable: return to run unlocked (``"run"``, logged), or raise:
-    re-queued (``"retry"``, nothing lost) or failed (``"fail"``)."""
+def on_redis_error(task: AnyTask, url: str, options: LockOptions, key: str, exc: Exception) -> None:
+    """Redis at ``url`` failed (any of ``core.leases.REDIS_ERRORS``): return to run unlocked
+    (``"run"``, logged), or raise: re-queued (``"retry"``, nothing lost) or failed (``"fail"``)."""
     counters.incr("redis_errors")
     shown = mask_url(url)
     request = task.request

@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-import redis
 from celery import Celery, signals
 from celery.app.task import Context
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 
 from .bootstep import SettingsCheck
+from .core.leases import REDIS_ERRORS
 from .core.renewal import get_renewer
 from .events import lock_lost, lock_retaken, task_duplicate
 from .holders import handover_id, holder_prefix, queued_id
@@ -103,7 +103,7 @@ def _release_for(task: SingletonTask, context: Any, why: str) -> None:
         if engine.release_holder_prefix(key, prefix, notify=runtime.release_channel(key)):
             counters.incr("released")
             logger.info("Released lock %s of %s[%s]: %s", key, task.name, context.id, why)
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         counters.incr("redis_errors")
         logger.warning(
             "Could not release the lock of %s[%s] (%s): %r; it expires on its TTL",
@@ -163,7 +163,7 @@ def _release_discarded(task: SingletonTask, request: Any) -> None:
             if runtime.engine.release(key, holder, notify=runtime.release_channel(key)):
                 counters.incr("released")
                 logger.info("Released lock %s of discarded %s[%s] (%s)", key, task.name, task_id, holder)
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         counters.incr("redis_errors")
         logger.warning(
             "Could not release the lock of discarded %s[%s]: %r; it expires on its TTL",

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
-import redis
 from celery import Celery, Task
 from celery.exceptions import Ignore, Retry
 
 from . import debounce, enqueue, latest, outcomes
 from .acquisition import Execution, Holding, Refused, acquire, release_queued
+from .core.leases import REDIS_ERRORS
 from .errors import DuplicateTaskError
 from .holders import handover_id, queued_id, task_id_of
 from .keys import KEY_HEADER, KeyBuilder
@@ -116,7 +116,7 @@ class SingletonTask(Task[Any, Any]):
             if options.debounce is not None:
                 debounce.check(self, execution)  # a call superseded by a later one ends here
             outcome = acquire_latest(self, execution) if options.keep_latest else acquire(execution)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             # "retry" re-queues it, "fail" fails it (both raise); "run" runs it unlocked.
             outcomes.on_redis_error(self, runtime.settings.url, options, key, exc)
             return self.run(*args, **kwargs)

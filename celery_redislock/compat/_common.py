@@ -10,10 +10,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import redis
 from celery import Celery
 
 from ..core import LockEngine, LockInfo, make_engine
+from ..core.leases import REDIS_ERRORS
 from ..errors import OptionError
 from ..holders import task_id_of
 from ..keys import KEY_HEADER
@@ -198,7 +198,7 @@ class CompatTask(SingletonTask):
     def _clear_legacy(self, legacy: Legacy, key: str) -> None:
         try:
             legacy.delete(key, self.legacy_holder())
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             logger.warning(
                 "Could not clear the old lock %s of %s[%s]: %r", key, self.name, self.request.id, exc
             )

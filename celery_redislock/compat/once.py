@@ -11,6 +11,7 @@ from celery.result import EagerResult
 
 from ..core.waiting import wait_for
 from ..errors import DuplicateTaskError, OptionError
+from ..holders import queued_id
 from ..options import source_task
 from ..runtime import runtime_for
 from ._common import CompatTask, Refusal, flag, lock_key_of, seconds, signature_arguments
@@ -172,7 +173,7 @@ class QueueOnce(CompatTask):
         queue = options.get("queue")
         plan = runtime.plan(self, getattr(queue, "name", queue) if queue is not None else None)
         key = plan.key(self, tuple(args or ()), dict(kwargs or {}))
-        queued = f"{task_id}@queued"
+        queued = queued_id(task_id)
         runtime.engine.transfer(key, queued, queued, max(1, round(ttl * 1000)))
 
 

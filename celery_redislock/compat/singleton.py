@@ -15,7 +15,7 @@ from celery import Celery
 from .. import errors
 from ..cli import glob_escape, held_locks
 from ..errors import OptionError
-from ..holders import QUEUED_SUFFIX
+from ..holders import held_by_no_execution
 from ..runtime import runtime_for
 from ._common import CompatTask, Legacy, flag, lock_key_of, seconds, signature_arguments
 
@@ -25,8 +25,6 @@ REDIS_BACKEND = "celery_singleton.backends.redis.RedisBackend"
 _APP = "app configuration"
 #: celery-singleton's default key prefix.
 DEFAULT_PREFIX = "SINGLETONLOCK_"
-#: Holder ids of locks no execution holds: taken at enqueue, or handed over to a retry.
-_NOT_RUNNING = (QUEUED_SUFFIX, "@handover")
 
 
 class DuplicateTaskError(errors.DuplicateTaskError):
@@ -166,7 +164,7 @@ def clear_locks(app: Celery) -> int:
     names = sorted({task.name for task in app.tasks.values() if isinstance(task, Singleton)})
     for name in names:
         for lock in list(held_locks(runtime, name)):
-            if lock.holder.endswith(_NOT_RUNNING) and engine.release(
+            if held_by_no_execution(lock.holder) and engine.release(
                 lock.key, lock.holder, notify=runtime.release_channel(lock.key)
             ):
                 removed += 1

@@ -10,8 +10,10 @@ from typing import Protocol, Union
 
 import redis
 from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
 __all__ = [
+    "REDIS_ERRORS",
     "AcquireResult",
     "AcquireStatus",
     "Client",
@@ -28,6 +30,11 @@ __all__ = [
 
 #: A client of one Redis (or of a Sentinel-managed master), or of a Redis Cluster.
 Client = Union[redis.Redis, RedisCluster]
+
+#: What a Client raises when Redis fails it: redis-py's RedisError, and the cluster client's
+#: RedisClusterException (a slot map it cannot read, keys of many slots), which is not one.
+#: Every handler of Redis' failures (on_redis_error, renewal, release) catches these.
+REDIS_ERRORS = (redis.RedisError, RedisClusterException)
 
 
 class AcquireStatus(enum.IntEnum):

@@ -10,7 +10,7 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from ..keys import fence_key
-from .leases import AcquireResult, AcquireStatus, Client, Lease, LockInfo, RenewReport, as_text
+from .leases import REDIS_ERRORS, AcquireResult, AcquireStatus, Client, Lease, LockInfo, RenewReport, as_text
 from .scripts import (
     ACQUIRE,
     RELEASE,
@@ -186,11 +186,11 @@ class ClusterLockEngine(LockEngine):
     def renew_many(self, leases: Iterable[Lease]) -> RenewReport:
         report = RenewReport()
         failed: list[Lease] = []
-        error: redis.RedisError | None = None
+        error: Exception | None = None
         for batch in self._partition(leases):
             try:
                 report.merge(self._renew_batch(batch))
-            except redis.RedisError as exc:  # this node only: the others are still renewed
+            except REDIS_ERRORS as exc:  # this node only: the others are still renewed
                 failed += batch
                 error = exc
         if error is not None:

@@ -1,11 +1,13 @@
 """The Redis side of the dedup modes (README, "Which call runs"): a throttle's window kept after
-its run, keep-latest's latest call, debounce's latest call and burst start. One script call each; keys of one slot (cluster-safe)."""
+its run, keep-latest's latest call, debounce's latest call and burst start. One script call
+each, on keys of one cluster slot (``keys.slot_key``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from ..keys import slot_key
 from .leases import Client, as_text
 from .scripts import load_script, ttl_arg
 
@@ -27,15 +29,14 @@ DEBOUNCE_RUN = load_script("debounce_run.lua")
 
 
 def latest_key(key: str) -> str:
-    """Where keep_latest records the latest call of lock ``key``: ``{key}:latest``, in the lock
-    key's own cluster slot (a key without a hash tag hashes whole, as the tag does here)."""
-    return "{" + key + "}:latest"
+    """Where keep_latest records the latest call of lock ``key``, in its cluster slot."""
+    return slot_key(key, "latest")
 
 
 def debounce_keys(key: str) -> list[str]:
-    """Where debounce records the latest call of lock ``key`` and its burst's first-call time:
-    ``{key}:debounce`` and ``{key}:burst``, in the lock key's slot."""
-    return ["{" + key + "}:debounce", "{" + key + "}:burst"]
+    """Where debounce records the latest call of lock ``key`` and its burst's first-call time,
+    in its cluster slot."""
+    return [slot_key(key, "debounce"), slot_key(key, "burst")]
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,8 @@ import os
 import threading
 from typing import Callable, Literal, Optional
 
-import redis
-
 from ..stats import counters
-from .leases import Lease, LeaseEngine, RenewReport
+from .leases import REDIS_ERRORS, Lease, LeaseEngine, RenewReport
 
 __all__ = ["LeaseEvent", "LeaseListener", "Renewer", "add_listener", "get_renewer"]
 
@@ -131,7 +129,7 @@ class Renewer:
                 for engine, leases in batches.items():
                     try:
                         outcome = engine.renew_many(leases)
-                    except redis.RedisError as exc:
+                    except REDIS_ERRORS as exc:
                         counters.incr("redis_errors")
                         logger.warning(
                             "Could not renew %d lock(s): %r; the next cycle tries again", len(leases), exc
@@ -198,7 +196,7 @@ class Renewer:
             self.discard(engine, lease)
             try:
                 released += engine.release(lease.key, lease.holder)
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 counters.incr("redis_errors")
                 logger.warning(
                     "Could not release lock %s at shutdown: %r; it expires on its TTL", lease.key, exc

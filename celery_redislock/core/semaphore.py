@@ -8,7 +8,7 @@ import redis
 
 from ..keys import release_channel
 from ..options import check_argument
-from .leases import Lease, SemaphoreLease, SlotResult
+from .leases import REDIS_ERRORS, Lease, SemaphoreLease, SlotResult
 from .lock import HeldInRedis, PerClient, to_ms
 from .semaphores import SemaphoreEngine, make_semaphore_engine
 from .waiting import DEFAULT_RETRY_DELAY, wait_for
@@ -78,7 +78,7 @@ def _leave_queue(engine: SemaphoreEngine, key: str, holder: str, dropped_after: 
     try:
         # Also gives back a slot an interrupted attempt may have taken without our knowing.
         engine.release(key, holder, notify=release_channel(key))
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         logger.warning(
             "Could not leave the queue of semaphore %s as %s: %r; it is dropped in %ss",
             key,

@@ -9,7 +9,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 from celery_redislock.contrib.testing import ClusterSet
-from celery_redislock.core.modes import ModeEngine
+from celery_redislock.core.modes import LatestReply, ModeEngine, latest_key
 from celery_redislock.urls import make_client
 
 
@@ -25,6 +25,11 @@ def client(cluster: ClusterSet) -> Iterator[RedisCluster]:
 DELIVERIES = "none-of-these@"
 
 
+def keep_latest(modes: ModeEngine, key: str, holder: str, *, recheck: bool = False) -> LatestReply:
+    """keep_latest for the call ``holder`` names (its task id is the holder's first letter)."""
+    return modes.keep_latest(key, holder, 10_000, holder[0], 60_000, recheck=recheck, deliveries=DELIVERIES)
+
+
 def keys_on_every_node(client: RedisCluster) -> list[str]:
     keys = [f"redislock:modes:{n}" for n in range(30)]
     assert len({client.get_node_from_key(key).name for key in keys}) == 3
@@ -35,19 +40,10 @@ def test_throttle_keep_latest_and_debounce_scripts_on_every_node(client: RedisCl
     modes = ModeEngine(client)
     for key in keys_on_every_node(client):
         # keep_latest: the first call takes the lock, the next is pending, a later one replaces it.
-        assert (
-            modes.keep_latest(key, "a@w:1", 10_000, "a", 60_000, recheck=False, deliveries=DELIVERIES).status
-            == "run"
-        )
-        assert (
-            modes.keep_latest(key, "b@w:2", 10_000, "b", 60_000, recheck=False, deliveries=DELIVERIES).status
-            == "pending"
-        )
-        assert (
-            modes.keep_latest(key, "c@w:3", 10_000, "c", 60_000, recheck=False, deliveries=DELIVERIES).status
-            == "pending"
-        )
-        replaced = modes.keep_latest(key, "b@w:4", 10_000, "b", 60_000, recheck=True, deliveries=DELIVERIES)
+        assert keep_latest(modes, key, "a@w:1").status == "run"
+        assert keep_latest(modes, key, "b@w:2").status == "pending"
+        assert keep_latest(modes, key, "c@w:3").status == "pending"
+        replaced = keep_latest(modes, key, "b@w:4", recheck=True)
         assert (replaced.status, replaced.other) == ("replaced", "c")
         # throttle: the run's end keeps its key for the rest of the window.
         assert modes.end_throttle(key, "a@w:1", "a@throttled", 5_000, "") == 2
@@ -58,3 +54,18 @@ def test_throttle_keep_latest_and_debounce_scripts_on_every_node(client: RedisCl
         assert modes.debounce_call(key, "d2", 1_000, 1_500, 60_000) <= 1_000
         assert modes.debounce_run(key, "d1") == "d2"
         assert modes.debounce_run(key, "d2") is None
+
+
+def test_the_mode_scripts_with_hash_tagged_prefixes_on_every_node(client: RedisCluster) -> None:
+    # A prefix with a tag keeps a tenant on one shard ({tenant1}): the mode keys must keep it
+    # too, or keep_latest (the lock and its latest call in one script) fails with CROSSSLOT.
+    keys = [f"{{tenant{n}}}:modes:{n:032x}" for n in range(30)]
+    assert len({client.get_node_from_key(key).name for key in keys}) == 3
+    modes = ModeEngine(client)
+    for key in keys:
+        assert keep_latest(modes, key, "a@w:1").status == "run"
+        assert keep_latest(modes, key, "b@w:2").status == "pending"
+        assert client.get(latest_key(key)) == b"b"
+        assert modes.end_throttle(key, "a@w:1", "a@throttled", 5_000, "") == 2
+        assert modes.debounce_call(key, "d1", 1_000, 1_500, 60_000) == 1_000
+        assert modes.debounce_run(key, "d1") is None

@@ -9,10 +9,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from celery_redislock.enqueue import seconds_until
+from celery_redislock.errors import DuplicateTaskError
 from celery_redislock.holders import (
     BOOT_ID,
     any_delivery_prefix,
     handover_id,
+    held_by_no_execution,
     holder_id,
     local_pid,
     queued_id,
@@ -64,3 +66,15 @@ def test_seconds_until_reads_countdown_and_eta_as_celery_does() -> None:
     assert 50 < seconds_until(None, naive, timezone.utc) <= 60
     assert seconds_until(None, now - timedelta(minutes=1), timezone.utc) == 0
     assert seconds_until(None, None, timezone.utc) == 0
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_a_duplicate_error_names_the_holders_own_task_id(task_id: str) -> None:
+    for holder in (holder_id(task_id, "celery@host"), queued_id(task_id), handover_id(task_id)):
+        assert DuplicateTaskError("t", "other", "k", holder).holder_task_id == task_id
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_held_by_no_execution_tells_queued_and_handed_over_locks_from_executions(task_id: str) -> None:
+    assert held_by_no_execution(queued_id(task_id)) and held_by_no_execution(handover_id(task_id))
+    assert not held_by_no_execution(holder_id(task_id, "celery@host"))

@@ -22,8 +22,10 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from redis.crc import key_slot
 
 from celery_redislock import keys
+from celery_redislock.core.modes import debounce_keys, latest_key
 from celery_redislock.errors import LockKeyError, OptionError
 from celery_redislock.keys import (
     MAX_DEPTH,
@@ -654,3 +656,37 @@ def test_arguments_not_matching_the_signature(args: Any, kwargs: Any) -> None:
     with pytest.raises(LockKeyError, match=r"do not match the signature proj\.f\(x, y\): ") as info:
         builder.key(args, kwargs)
     assert info.value.task == "proj.f"
+
+
+# -- Redis Cluster slots: every key beside a lock is in the lock key's slot -----------------------
+
+#: Prefixes a deployment may use: none with a tag, a tenant's tag (one shard), a tag inside,
+#: a lone '{' (no tag: the key hashes whole).
+PREFIXES = ["redislock", "{tenant1}", "{tenant1}:locks", "app:{t}:x", "half{open"]
+
+
+def _beside(key: str) -> list[str]:
+    return [keys.fence_key(key), *keys.semaphore_keys(key), latest_key(key), *debounce_keys(key)]
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_every_key_beside_a_lock_is_in_its_cluster_slot(prefix: str) -> None:
+    key = KeyBuilder(prefix, "proj.f", f).key((1, 2), {})
+    for other in _beside(key):
+        assert key_slot(other.encode()) == key_slot(key.encode()), (key, other)
+        assert keys.slot_key_owner(other) == (key, other.rsplit(":", 1)[1])
+
+
+def test_a_tagged_prefix_keeps_its_tag_in_the_mode_keys() -> None:
+    # Wrapping "{tenant1}:..." again would make its tag "{tenant1": another slot (CROSSSLOT).
+    key = KeyBuilder("{tenant1}", "proj.f", f).key((1, 2), {})
+    assert keys.slot_key(key, "latest") == key + ":latest"
+    assert keys.slot_key("redislock:proj.f:00", "latest") == "{redislock:proj.f:00}:latest"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "name"), [("odd}prefix", "proj.f"), ("redislock", "odd}name"), ("a{}b", "f"), ("{}{t}", "f")]
+)
+def test_a_prefix_or_name_whose_keys_cannot_share_a_slot_is_refused(prefix: str, name: str) -> None:
+    with pytest.raises(OptionError, match=r"'}' outside a \{hash tag\}.*redislock_key_prefix"):
+        KeyBuilder(prefix, name, f)

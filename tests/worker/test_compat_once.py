@@ -198,3 +198,21 @@ def test_another_backend_is_an_error(make_app: Callable[..., Celery]) -> None:
         def task() -> None: ...
 
         assert task.name
+
+
+@pytest.mark.parametrize("task_id", ["mail@example.com", "100%", "a%40b"])
+def test_a_task_id_with_at_or_percent_keeps_its_per_call_timeout_and_is_named(
+    once_app: Celery, locks: redis.Redis, task_id: str
+) -> None:
+    # The queued lock's holder id escapes the task id: the per-call timeout must find it so.
+    @once_app.task(base=QueueOnce, shared=False)
+    def mail(n: int) -> None: ...
+
+    first = mail.apply_async(args=(1,), task_id=task_id, once={"timeout": 5})
+    assert first.id == task_id
+    [key] = lock_keys(locks)
+    assert 0 < locks.pttl(key) <= 5_000  # not default_timeout's hour
+    with pytest.raises(AlreadyQueued) as caught:
+        mail.delay(1)
+    assert caught.value.task_id == task_id
+    assert caught.value.holder_task_id == task_id

@@ -140,3 +140,33 @@ def test_clear_locks_removes_queued_locks_and_old_ones_never_a_running_one(app: 
         assert result.get(timeout=10) == "ran"
         assert poll(lambda: not backend.exists(key))
     backend.close()
+
+
+@pytest.mark.parametrize("task_id", ["report@alice", "100%", "a%40b@c"])
+def test_a_task_id_with_at_or_percent_is_the_one_a_duplicate_names(
+    app: Celery, worker: Any, task_id: str
+) -> None:
+    started, gate = threading.Event(), threading.Event()
+
+    @app.task(base=Singleton, shared=False)
+    def report(n: int) -> str:
+        started.set()
+        assert gate.wait(10)
+        return "ran"
+
+    @app.task(base=Singleton, shared=False, raise_on_duplicate=True)
+    def strict(n: int) -> None: ...
+
+    queued = strict.apply_async(args=(1,), task_id=task_id + "-queued")
+    with pytest.raises(DuplicateTaskError) as caught:
+        strict.delay(1)
+    assert caught.value.task_id == queued.id
+    assert clear_locks(app) == 1  # its queued lock: no execution holds it
+    first = report.apply_async(args=(1,), task_id=task_id)
+    with worker(app, concurrency=1):
+        assert started.wait(10)
+        duplicate = report.delay(1)  # the running original's AsyncResult
+        assert duplicate.id == task_id
+        gate.set()
+        assert duplicate.get(timeout=10) == "ran"
+    assert first.get(timeout=10) == "ran"

@@ -21,8 +21,9 @@ from celery_redislock.runtime import runtime_for
 
 from .conftest import poll
 
-#: (pool, lock store): every mode on each pool with one Redis, and on a cluster.
-SETTINGS = [("threads", "single"), ("solo", "single"), ("threads", "cluster")]
+#: (pool, lock store): every mode on each pool with one Redis, and on a cluster, with the
+#: default prefix and with one carrying a hash tag (a tenant kept on one shard).
+SETTINGS = [("threads", "single"), ("solo", "single"), ("threads", "cluster"), ("threads", "cluster-tagged")]
 THREADS = [s for s in SETTINGS if s[0] == "threads"]
 
 
@@ -38,6 +39,9 @@ def setting(
     pool, store = request.param
     if store == "cluster":
         return make_app(redislock_url=request.getfixturevalue("cluster").url), pool
+    if store == "cluster-tagged":
+        url = request.getfixturevalue("cluster").url
+        return make_app(redislock_url=url, redislock_key_prefix=TAGGED), pool
     return make_app(), pool
 
 
@@ -62,9 +66,15 @@ def lock_client(app: Celery) -> redis.Redis:
     return client
 
 
+#: A prefix with a hash tag: every key of every lock, mode key included, in its one slot.
+TAGGED = "{tenant1}"
+
+
 def key_for(app: Celery, task: Any, *args: Any) -> str:
     real = app.tasks[task.name]
-    return runtime_for(app).plan(real, None).key(real, args, {})
+    key = runtime_for(app).plan(real, None).key(real, args, {})
+    assert key.startswith(app.conf.get("redislock_key_prefix") or "redislock")
+    return key
 
 
 def duplicate(result: Any) -> DuplicateTaskError:

@@ -454,3 +454,28 @@ def test_an_unknown_lock_key_name_is_an_error_at_registration(make_app: Any) -> 
 
         app.finalize()
         app.tasks[keyed.name]
+
+
+@pytest.mark.parametrize("task_id", ["report@alice", "100%", "a%40b@c"])
+def test_a_duplicate_names_a_holder_whose_task_id_has_at_or_percent(
+    make_app: Any, worker: Any, task_id: str
+) -> None:
+    # The holder id escapes the task id; the error must give it back, for AsyncResult.
+    app = make_app()
+    started, gate = threading.Event(), threading.Event()
+
+    @app.task(base=SingletonTask, shared=False, on_duplicate="raise")
+    def report(n: int) -> str:
+        started.set()
+        assert gate.wait(10)
+        return "ran"
+
+    with worker(app, pool="threads", concurrency=2):
+        first = report.apply_async(args=(1,), task_id=task_id)
+        assert started.wait(10)
+        error = report.delay(1).get(timeout=10, propagate=False)
+        assert isinstance(error, DuplicateTaskError), error
+        assert error.holder_task_id == task_id
+        gate.set()
+        assert app.AsyncResult(error.holder_task_id).get(timeout=10) == "ran"
+    assert first.get(timeout=10) == "ran"
