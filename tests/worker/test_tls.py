@@ -80,3 +80,21 @@ def test_a_wrong_ca_fails_the_task_naming_the_setting(
     assert "come from redislock_use_ssl" in str(caught.value)
     assert "CERTIFICATE_VERIFY_FAILED" in str(caught.value)
     assert result.state == "FAILURE"
+
+
+def test_a_wrong_ca_refuses_a_send_locked_at_enqueue(
+    make_app: Callable[..., Celery], tls_server: RedisServer, tls_redis: redis.Redis, other_ca: TestCA
+) -> None:
+    app = tls_app(
+        make_app,
+        tls_server,
+        redislock_url=tls_server.tls_url,
+        redislock_use_ssl={"ssl_ca_certs": str(other_ca.ca_certs)},
+    )
+
+    @app.task(base=SingletonTask, shared=False, name="tls.at_enqueue", lock_on="enqueue")
+    def at_enqueue() -> None: ...
+
+    # Sent anyway (as for an unreachable Redis), it would hide the error in the worker's retries.
+    with pytest.raises(RedisTLSError, match="come from redislock_use_ssl"):
+        at_enqueue.delay()
