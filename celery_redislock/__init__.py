@@ -21,6 +21,7 @@ from .errors import (
     LockUnavailableError,
     OptionError,
     RedisLockError,
+    RedisTLSError,
     RedisURLError,
 )
 from .task import SingletonTask
@@ -41,6 +42,7 @@ __all__ = [
     "RedisLock",
     "RedisLockError",
     "RedisSemaphore",
+    "RedisTLSError",
     "RedisURLError",
     "RenewReport",
     "SingletonTask",

@@ -67,7 +67,11 @@ def _runtime(ctx: click.Context) -> Runtime:
 
 def _redis_failure(ctx: click.Context, exc: Exception, after: str = "") -> CeleryCommandException:
     """One ``Error:`` line naming the (masked) URL; unreachable exits like Celery's own commands."""
-    url = mask_url(_runtime(ctx).settings.url)
+    settings = _runtime(ctx).settings
+    tls_error = settings.tls_error(exc)
+    if tls_error is not None:
+        return CeleryCommandException(str(tls_error), EX_FAILURE)
+    url = mask_url(settings.url)
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
         return CeleryCommandException(f"Redis at {url} is unreachable{after}: {exc}", EX_UNAVAILABLE)
     return CeleryCommandException(f"Redis at {url}{after}: {type(exc).__name__}: {exc}", EX_FAILURE)

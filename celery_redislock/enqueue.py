@@ -67,6 +67,9 @@ def send(
         result = runtime.engine.acquire(key, queued, ttl_ms)
     except REDIS_ERRORS as exc:
         counters.incr("redis_errors")
+        tls_error = runtime.settings.tls_error(exc)
+        if tls_error is not None:  # a configuration error: sending it anyway would hide it
+            raise tls_error from exc
         url = mask_url(runtime.settings.url)
         if plan.options.on_redis_error == "fail":
             raise LockUnavailableError(task.name, task_id, key, url, exc) from exc

@@ -58,6 +58,36 @@ class RedisURLError(ConfigurationError):
     """No usable Redis URL for the locks could be found in the app's configuration."""
 
 
+class RedisTLSError(ConfigurationError):
+    """TLS to the lock Redis failed for a reason of its set-up (a server certificate the client
+    does not trust, a handshake the server refused, a certificate file it cannot read).
+
+    ``source`` names the setting the lock client's SSL options came from, ``given`` lists the
+    option names it holds (None: it is not set), ``cause`` says what TLS said.
+    """
+
+    def __init__(self, url: str, source: str, given: list[str] | None, cause: str) -> None:
+        self.url = url
+        self.source = source
+        self.given = given
+        self.cause = cause
+        super().__init__(url, source, given, cause)
+
+    def __str__(self) -> str:
+        own = (
+            ""
+            if self.source == "redislock_use_ssl"
+            else ", or give the lock client its own in redislock_use_ssl"
+        )
+        held = f"sets {', '.join(self.given) or 'nothing'}" if self.given is not None else "is not set"
+        return (
+            f"TLS to the lock Redis at {self.url} failed: {self.cause}. The lock client's SSL options "
+            f"come from {self.source}, which {held}: fix them there (ssl_ca_certs: the CA that signed "
+            f"the server's certificate){own}. Tasks that need the lock fail until then, whatever "
+            f"on_redis_error says."
+        )
+
+
 class LockKeyError(RedisLockError, TypeError):
     """The arguments of a task cannot be turned into a lock key.
 

@@ -14,6 +14,7 @@ from celery.exceptions import Ignore
 from .errors import DuplicateTaskError, LockUnavailableError
 from .events import send_duplicate
 from .options import LockOptions
+from .settings import AppSettings
 from .stats import counters
 from .urls import mask_url
 
@@ -120,11 +121,18 @@ def finished(task: AnyTask) -> bool:
     return state in states.READY_STATES
 
 
-def on_redis_error(task: AnyTask, url: str, options: LockOptions, key: str, exc: Exception) -> None:
-    """Redis at ``url`` failed (any of ``core.leases.REDIS_ERRORS``): return to run unlocked
-    (``"run"``, logged), or raise: re-queued (``"retry"``, nothing lost) or failed (``"fail"``)."""
+def on_redis_error(
+    task: AnyTask, settings: AppSettings, options: LockOptions, key: str, exc: Exception
+) -> None:
+    """The lock Redis failed (any of ``core.leases.REDIS_ERRORS``): return to run unlocked
+    (``"run"``, logged), or raise: re-queued (``"retry"``, nothing lost) or failed (``"fail"``).
+    A failed TLS set-up is none of these: a configuration error (``RedisTLSError``, naming the
+    setting), the task fails."""
     counters.incr("redis_errors")
-    shown = mask_url(url)
+    tls_error = settings.tls_error(exc)
+    if tls_error is not None:
+        raise tls_error from exc
+    shown = mask_url(settings.url)
     request = task.request
     if options.on_redis_error == "run":
         logger.warning(

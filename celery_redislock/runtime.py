@@ -100,6 +100,7 @@ class Runtime:
         self._connect = client_factory(
             self.settings.url,
             self.settings.transport_options,
+            self.settings.ssl_options,
             socket_connect_timeout=SOCKET_TIMEOUT,
             socket_timeout=SOCKET_TIMEOUT,
             health_check_interval=30,

@@ -9,11 +9,27 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .errors import OptionError, RedisURLError
+from .errors import OptionError, RedisTLSError, RedisURLError
 from .options import LockOptions, _Bad, _got, _show, resolve, source_queue, source_task, validate
-from .urls import TRANSPORT_OPTION_DEFAULTS, Topology, _resolve_redis_url, mask_url, url_topology
+from .urls import (
+    SSL_OPTION_NAMES,
+    TRANSPORT_OPTION_DEFAULTS,
+    Topology,
+    _resolve_redis_url,
+    _scheme,
+    cert_reqs,
+    mask_url,
+    tls_failure,
+    url_topology,
+)
 
-__all__ = ["SETTING_DEFAULTS", "AppSettings", "read_settings", "validate_transport_options"]
+__all__ = [
+    "SETTING_DEFAULTS",
+    "AppSettings",
+    "read_settings",
+    "validate_ssl_options",
+    "validate_transport_options",
+]
 
 
 # --- app settings ---------------------------------------------------------------------------
@@ -28,6 +44,9 @@ SETTING_DEFAULTS: dict[str, Any] = {
     # None: inherit the Sentinel options of the setting the URL came from (broker_url's
     # broker_transport_options, result_backend's result_backend_transport_options).
     "redislock_transport_options": None,
+    # None: inherit the SSL options of the setting the URL came from (broker_url's
+    # broker_use_ssl, result_backend's redis_backend_use_ssl).
+    "redislock_use_ssl": None,
 }
 
 _APP = "app configuration"
@@ -43,6 +62,10 @@ class AppSettings:
     queues: Mapping[str, Mapping[str, Any]]
     #: validated transport options (``TRANSPORT_OPTION_DEFAULTS`` keys) for the lock client
     transport_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    #: validated SSL options (redis-py's ``ssl_*`` arguments) for the lock client; None: none given
+    ssl_options: Mapping[str, Any] | None = None
+    #: the setting ``ssl_options`` came from, or would have (named in TLS errors)
+    ssl_source: str = "redislock_use_ssl"
 
     @property
     def topology(self) -> Topology:
@@ -54,7 +77,26 @@ class AppSettings:
             f"AppSettings(url={mask_url(self.url)!r}, key_prefix={self.key_prefix!r}, "
             f"options={dict(self.options)!r}, "
             f"queues={ {name: dict(layer) for name, layer in self.queues.items()}!r}, "
-            f"transport_options={sorted(self.transport_options)!r})"
+            f"transport_options={sorted(self.transport_options)!r}, "
+            f"ssl_options={None if self.ssl_options is None else sorted(self.ssl_options)!r})"
+        )
+
+    @property
+    def uses_tls(self) -> bool:
+        """Whether the lock client talks TLS to Redis (a ``rediss://`` URL, or SSL options)."""
+        if _scheme(self.url) == "unix":
+            return False
+        return self.ssl_options is not None or any(_scheme(part) == "rediss" for part in self.url.split(";"))
+
+    def tls_error(self, exc: BaseException) -> RedisTLSError | None:
+        """The configuration error a Redis error of the lock client is, when TLS's set-up failed
+        (see ``tls_failure``), naming the setting the SSL options came from; else None."""
+        failure = tls_failure(exc) if self.uses_tls else None
+        if failure is None:
+            return None
+        given = None if self.ssl_options is None else sorted(self.ssl_options)
+        return RedisTLSError(
+            mask_url(self.url), self.ssl_source, given, f"{type(failure).__name__}: {failure}"
         )
 
     def options_for(self, task_name: str, task_options: Mapping[str, Any], queue: str | None) -> LockOptions:
@@ -134,6 +176,7 @@ def read_settings(conf: Mapping[str, Any]) -> AppSettings:
         _conf_url(conf, "result_backend"),
     )
     transport = _transport_options(conf, url, url_setting)
+    ssl_options, ssl_source = _ssl_options(conf, url, url_setting)
     # Read-only views: the result is cached per app and shared by every task.
     return AppSettings(
         url=url,
@@ -141,6 +184,8 @@ def read_settings(conf: Mapping[str, Any]) -> AppSettings:
         options=MappingProxyType(app_layer),
         queues=MappingProxyType(queue_layers),
         transport_options=MappingProxyType(transport),
+        ssl_options=None if ssl_options is None else MappingProxyType(ssl_options),
+        ssl_source=ssl_source,
     )
 
 
@@ -231,3 +276,67 @@ def _transport_options(conf: Mapping[str, Any], url: str, url_setting: str) -> d
             f"Sentinels monitor the master under"
         )
     return options
+
+
+# --- SSL options (TLS) ------------------------------------------------------------------------
+
+#: Where the lock client inherits SSL options from, by the setting its URL came from.
+_INHERITED_SSL = {
+    "broker_url": "broker_use_ssl",
+    "result_backend": "redis_backend_use_ssl",
+}
+
+
+def validate_ssl_options(value: Any, source: str) -> dict[str, Any] | None:
+    """Check SSL options for the lock client, given as Celery takes ``broker_use_ssl``: None
+    when none are given (None, False or an empty dict, as Celery reads them), ``{}`` for True
+    (TLS with redis-py's defaults), else the dict with ``ssl_cert_reqs`` as an ``ssl.CERT_*``
+    constant (Celery's ``CERT_REQUIRED`` and redis-py's ``required`` spellings are accepted).
+
+    ``source`` names the setting in errors.
+    """
+    if value is None or value is False:
+        return None
+    if value is True:
+        return {}
+    if not isinstance(value, Mapping):
+        raise OptionError(
+            source,
+            _APP,
+            f"must be a dict of redis-py's ssl_* connection arguments (ssl_ca_certs, ssl_certfile, "
+            f"ssl_keyfile, ssl_cert_reqs...), True or None, {_got(value, wrong_type=True)}",
+        )
+    result: dict[str, Any] = {}
+    for name, item in value.items():
+        if name not in SSL_OPTION_NAMES:
+            close = difflib.get_close_matches(
+                f"ssl_{name}", SSL_OPTION_NAMES, n=1
+            ) or difflib.get_close_matches(str(name), SSL_OPTION_NAMES, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise OptionError(
+                str(name),
+                source,
+                f"is not an SSL option of redis-py{hint}; known: {', '.join(sorted(SSL_OPTION_NAMES))}",
+            )
+        if name == "ssl_cert_reqs":
+            try:
+                item = cert_reqs(item)
+            except ValueError as exc:
+                raise OptionError(name, source, str(exc).removeprefix("ssl_cert_reqs ")) from None
+        result[name] = item
+    return result or None
+
+
+def _ssl_options(conf: Mapping[str, Any], url: str, url_setting: str) -> tuple[dict[str, Any] | None, str]:
+    """The lock client's SSL options and the setting they came from (or would have)."""
+    own = _setting(conf, "redislock_use_ssl")
+    source = "redislock_use_ssl" if own is not None else _INHERITED_SSL.get(url_setting, "redislock_use_ssl")
+    value = own if own is not None else conf.get(source) if source != "redislock_use_ssl" else None
+    options = validate_ssl_options(value, source)
+    if options is not None and _scheme(url) == "unix":
+        if own is not None:
+            raise OptionError(
+                source, _APP, f"sets TLS options, but the lock URL {mask_url(url)!r} is a unix socket"
+            )
+        return None, source  # the broker's TLS is for its TCP URLs; a socket has none
+    return options, source

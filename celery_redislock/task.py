@@ -118,7 +118,7 @@ class SingletonTask(Task[Any, Any]):
             outcome = acquire_latest(self, execution) if options.keep_latest else acquire(execution)
         except REDIS_ERRORS as exc:
             # "retry" re-queues it, "fail" fails it (both raise); "run" runs it unlocked.
-            outcomes.on_redis_error(self, runtime.settings.url, options, key, exc)
+            outcomes.on_redis_error(self, runtime.settings, options, key, exc)
             return self.run(*args, **kwargs)
         if isinstance(outcome, Refused):
             if outcome.redelivered:

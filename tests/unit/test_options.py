@@ -434,7 +434,13 @@ def settings_error(**conf: Any) -> OptionError:
 
 def test_read_settings_defaults() -> None:
     s = read_settings(BROKER)
-    assert s == AppSettings(url="redis://localhost:6379/0", key_prefix="redislock", options={}, queues={})
+    assert s == AppSettings(
+        url="redis://localhost:6379/0",
+        key_prefix="redislock",
+        options={},
+        queues={},
+        ssl_source="broker_use_ssl",
+    )
     assert read_settings({**SETTING_DEFAULTS, **BROKER}) == s
 
 
@@ -445,6 +451,7 @@ def test_setting_defaults() -> None:
         "redislock_options": {},
         "redislock_queues": {},
         "redislock_transport_options": None,
+        "redislock_use_ssl": None,
     }
 
 

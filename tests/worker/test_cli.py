@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 
-from celery_redislock.contrib.testing import free_port
+from celery_redislock.contrib.testing import RedisServer, TestCA, free_port
 from celery_redislock.keys import digest, format_key
 
 from .conftest import poll
@@ -325,6 +325,18 @@ def test_redis_unreachable_is_one_error_line(celery_cmd: Callable[..., Run], arg
     line = error_line(result)
     assert "unreachable" in line and "hunter2" not in line and ":****@" in line
     assert result.stdout == ""
+
+
+def test_a_failed_tls_set_up_is_one_error_line_naming_the_setting(
+    celery_cmd: Callable[..., Run], tls_server: RedisServer, other_ca: TestCA
+) -> None:
+    celery = celery_cmd(
+        redislock_url=tls_server.tls_url, redislock_use_ssl={"ssl_ca_certs": str(other_ca.ca_certs)}
+    )
+    result = celery("redislock", "list")
+    assert result.returncode == 1
+    line = error_line(result)
+    assert "CERTIFICATE_VERIFY_FAILED" in line and "come from redislock_use_ssl" in line
 
 
 @pytest.mark.parametrize(

