@@ -7,15 +7,17 @@ latest call (``{lock key}:debounce``; the burst's first-call time in ``{lock key
 server's clock), in one script. When a message is due, it runs only if it is still the latest;
 else it ends as a skipped duplicate naming the call that superseded it (``{id}@debounced``),
 counted ``debounced``. The latest runs under the key's lock as usual; if the previous burst's run
-still holds it, the latest is retried (``retry_countdown``), never skipped, or the burst would
-be lost.
+still holds it, the latest is retried (``retry_countdown``) until it is free, never skipped, or
+the burst would be lost (``wait_out``).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+import sys
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from celery import Task
 from celery.utils import uuid
 
 from . import enqueue
@@ -25,7 +27,8 @@ from .enqueue import Publish, seconds_until
 from .errors import DuplicateTaskError
 from .events import send_duplicate
 from .holders import debounced_id
-from .outcomes import skip
+from .options import LockOptions
+from .outcomes import broker_wait_policy, retry_duplicate, skip
 from .runtime import app_layers_ask
 from .stats import counters
 from .urls import mask_url
@@ -33,7 +36,7 @@ from .urls import mask_url
 if TYPE_CHECKING:
     from .task import SingletonTask
 
-__all__ = ["check", "may_debounce", "send"]
+__all__ = ["check", "may_debounce", "send", "user_max_retries", "wait_out"]
 
 logger = logging.getLogger("celery_redislock.task")
 
@@ -98,3 +101,49 @@ def check(task: SingletonTask, execution: Execution) -> None:
     send_duplicate(task, execution.task_id, execution.key, holder, "skip", "execute")
     error = DuplicateTaskError(task.name, execution.task_id, execution.key, holder)
     skip(task, error)
+
+
+def wait_out(task: SingletonTask, options: LockOptions, key: str, holder: str) -> NoReturn:
+    """The burst's latest call is due and ``holder`` (the previous burst's run) holds ``key``:
+    re-queued every ``retry_countdown`` until the key is free, whatever ``on_duplicate`` says and
+    however long the run takes (the previous calls of its burst were skipped naming it: skipping
+    it too would lose the burst). Only a ``max_retries`` the task sets itself bounds the waits: a
+    call out of those is lost, logged as an ERROR and counted ``debounce_lost``, its FAILURE
+    stored. Eager, where nothing can be re-queued, it ends as a skipped duplicate."""
+    request = task.request
+    task_id = str(request.id)
+    error = DuplicateTaskError(task.name, task_id, key, holder)
+    send_duplicate(task, task_id, key, holder, "retry", "execute")
+    if request.is_eager:
+        skip(task, error)
+    bound = user_max_retries(task)
+    if bound is not None and request.retries >= bound:
+        counters.incr("debounce_lost")
+        logger.error(
+            "Lost debounced %s[%s]: %s was still held by %s after %d retries (the task's "
+            "max_retries); nothing of its burst runs",
+            task.name,
+            task_id,
+            key,
+            holder,
+            request.retries,
+        )
+        skip(task, error)
+    try:
+        retry_duplicate(task, options, error, max_retries=sys.maxsize, retry_policy=broker_wait_policy(task))
+    finally:
+        # Celery's retry() leaves the bound given on the task object, where its autoretry_for
+        # would read it for this task's later runs in this process.
+        vars(task).pop("override_max_retries", None)
+
+
+def user_max_retries(task: Task[Any, Any]) -> int | None:
+    """The ``max_retries`` the task sets itself (its decorator, a subclass, ``task_annotations``),
+    else None: Celery's default (3) is not a bound the user chose, nor is ``None``."""
+    for owner in (task, *type(task).__mro__):
+        if owner is Task:
+            break
+        if "max_retries" in vars(owner):
+            bound: int | None = vars(owner)["max_retries"]
+            return bound
+    return None

@@ -70,7 +70,7 @@ class LockOptions:
 
     def __post_init__(self) -> None:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name, value in validate(values, "LockOptions").items():
+        for name, value in validate(values, "LockOptions", merged=True).items():
             # Frozen: normalised values (list -> tuple, int -> float) go in behind the guard.
             object.__setattr__(self, name, value)
 
@@ -264,11 +264,13 @@ def _renew_too_long(renew: float, timeout: float, renew_from: str, timeout_from:
     )
 
 
-def validate(options: Mapping[str, Any], source: str) -> dict[str, Any]:
+def validate(options: Mapping[str, Any], source: str, *, merged: bool = False) -> dict[str, Any]:
     """Check one layer of options and return it normalised (seconds as float, lists as tuples).
 
     ``source`` names the layer in errors: ``source_task(...)``, ``source_queue(...)`` or
-    ``"redislock_options"``. Idempotent: a validated layer validates to itself.
+    ``"redislock_options"``; ``merged``: the layers merged with the defaults (a
+    ``LockOptions``), where a clash only one layer can show is not looked for. Idempotent: a
+    validated layer validates to itself.
 
     Raises ``OptionError`` for an unknown name, a wrong type, an out-of-range value, or a
     ``renew_interval`` not below the ``lock_timeout`` set in the same layer.
@@ -286,14 +288,15 @@ def validate(options: Mapping[str, Any], source: str) -> dict[str, Any]:
     if renew is not None and timeout is not None and renew >= timeout:
         problem = _renew_too_long(renew, timeout, "", " set in the same place")
         raise OptionError("renew_interval", source, problem)
-    clash = _clash(result)
+    clash = _clash(result, merged=merged)
     if clash is not None:
         raise OptionError(clash[0], source, clash[1] + " set in the same place")
     return result
 
 
-def _clash(options: Mapping[str, Any]) -> tuple[str, str, str] | None:
-    """``(option, problem, other option)`` for two options that cannot go together, else None.
+def _clash(options: Mapping[str, Any], *, merged: bool = False) -> tuple[str, str, str] | None:
+    """``(option, problem, other option)`` for two options that cannot go together, else None;
+    ``merged``: ``options`` are the layers merged, not one layer.
 
     A semaphore (``max_concurrency`` > 1) is taken by each execution for itself: it is not
     taken at enqueue, nor handed over to a retry. ``lock_until="started"`` releases a lock
@@ -317,7 +320,7 @@ def _clash(options: Mapping[str, Any]) -> tuple[str, str, str] | None:
             f"taken at enqueue can be released when the task starts)"
         )
         return "lock_until", problem, "lock_on"
-    return mode_clash(options, limit)
+    return mode_clash(options, limit, merged=merged)
 
 
 def _fencing_clash(options: Mapping[str, Any], limit: int) -> tuple[str, str, str] | None:
@@ -407,7 +410,7 @@ def resolve(
             f" from {origin.get('lock_timeout', 'the default')}",
         )
         raise OptionError("renew_interval", blamed, problem)
-    clash = _clash({"lock_on": LockOptions.lock_on, **merged})
+    clash = _clash({"lock_on": LockOptions.lock_on, **merged}, merged=True)
     if clash is not None:
         option, problem, other = clash
         involved = {origin[option], origin.get(other)}

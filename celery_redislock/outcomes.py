@@ -18,7 +18,7 @@ from .settings import AppSettings
 from .stats import counters
 from .urls import mask_url
 
-__all__ = ["finished", "on_duplicate", "on_redelivered", "on_redis_error", "skip"]
+__all__ = ["finished", "on_duplicate", "on_redelivered", "on_redis_error", "retry_duplicate", "skip"]
 
 logger = logging.getLogger("celery_redislock.task")
 
@@ -33,13 +33,12 @@ AnyTask = Task[Any, Any]
 
 def on_duplicate(task: AnyTask, options: LockOptions, key: str, holder: str) -> NoReturn:
     """Another task id holds ``key``: raise, retry later, or skip, as ``on_duplicate`` says
-    ("wait" has waited already)."""
+    ("wait" has waited already). A debounced call waits out the holder instead
+    (``debounce.wait_out``)."""
     request = task.request
     error = DuplicateTaskError(task.name, str(request.id), key, holder)
     strategy = options.on_duplicate
-    if options.debounce is not None:  # the latest call of a burst waits out the previous run
-        strategy = "retry"
-    elif options.keep_latest and strategy != "raise":  # replaced: a retry would find it so again
+    if options.keep_latest and strategy != "raise":  # replaced: a retry would find it so again
         strategy = "skip"
     if options.throttle is not None:
         counters.incr("throttled")
@@ -50,17 +49,23 @@ def on_duplicate(task: AnyTask, options: LockOptions, key: str, holder: str) -> 
     # Out of retries (or eager, where nothing can be re-queued) it ends as a skip.
     retries_left = task.max_retries is None or request.retries < task.max_retries
     if strategy == "retry" and retries_left and not request.is_eager:
-        counters.incr("retried")
-        logger.info(
-            "Retrying duplicate %s[%s] in %ss: %s is held by %s",
-            task.name,
-            request.id,
-            options.retry_countdown,
-            key,
-            holder,
-        )
-        raise task.retry(countdown=options.retry_countdown, exc=error)
+        retry_duplicate(task, options, error)
     skip(task, error)
+
+
+def retry_duplicate(task: AnyTask, options: LockOptions, error: DuplicateTaskError, **retry: Any) -> NoReturn:
+    """Re-queued in ``retry_countdown``, counted ``retried``; ``retry``: more of Celery's
+    ``retry()`` arguments."""
+    counters.incr("retried")
+    logger.info(
+        "Retrying duplicate %s[%s] in %ss: %s is held by %s",
+        task.name,
+        task.request.id,
+        options.retry_countdown,
+        error.key,
+        error.holder,
+    )
+    raise task.retry(countdown=options.retry_countdown, exc=error, **retry)
 
 
 def skip(task: AnyTask, error: DuplicateTaskError) -> NoReturn:

@@ -27,10 +27,12 @@ COUNTER_NAMES = (
     "refused_at_send",
     # The dedup modes (README, "Which call runs"): calls refused inside a throttle's window (in
     # the worker or at send), pending keep_latest calls replaced by a later one, debounced calls
-    # superseded by a later call of their burst.
+    # superseded by a later call of their burst, and burst's latest calls lost when a
+    # max_retries the task sets ran out behind a running call.
     "throttled",
     "replaced",
     "debounced",
+    "debounce_lost",
 )
 
 _INDEX = {name: index for index, name in enumerate(COUNTER_NAMES)}

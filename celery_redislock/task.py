@@ -123,6 +123,8 @@ class SingletonTask(Task[Any, Any]):
         if isinstance(outcome, Refused):
             if outcome.redelivered:
                 outcomes.on_redelivered(self, options, key, outcome.holder)
+            if options.debounce is not None:
+                debounce.wait_out(self, options, key, outcome.holder)
             outcomes.on_duplicate(self, options, key, outcome.holder)
         fields[HELD_FIELD] = outcome
         fields[INFO_FIELD] = outcome.info

@@ -388,7 +388,7 @@ def test_precedence_task_queue_app_default(name: str) -> None:
     assert got(resolve_layers({}, {}, {**needs, name: a})) == a
     assert getattr(resolve_layers(), name) == default
     # Other options in other layers leave this one alone.
-    clashing = ("max_concurrency", "lock_until", "throttle", "keep_latest")
+    clashing = ("max_concurrency", "lock_until", "throttle", "keep_latest", "debounce")
     other = "max_concurrency" if name not in clashing else "lock_timeout"
     assert got(resolve_layers({other: 7}, {name: q}, needs)) == q
 

@@ -127,6 +127,9 @@ def test_debounce_max_runs_a_steady_stream_before_it_ends(
         ({"debounce": 2, "lock_on": "enqueue"}, "debounce", "lock_on"),
         ({"debounce": 2, "throttle": 5}, "debounce", "throttle"),
         ({"debounce": 2, "keep_latest": True}, "debounce", "keep_latest"),
+        ({"debounce": 2, "max_concurrency": 2}, "debounce", "max_concurrency"),
+        ({"debounce": 2, "lock_until": "started"}, "debounce", "lock_until"),
+        ({"debounce": 2, "on_duplicate": "raise"}, "debounce", "on_duplicate"),
         ({"debounce": 2, "debounce_max": 1}, "debounce_max", "debounce"),
     ],
 )
@@ -203,3 +206,89 @@ def test_a_redis_restart_loses_no_call_and_debounces_again(
         assert isinstance(error, DuplicateTaskError), error
         assert error.holder_task_id == again[-1].id
     assert coord.llen("ran:6") == 5
+
+
+# Due calls of a new burst find the previous burst's run holding the key: retried every 0.1 s,
+# so Celery's default max_retries (3) is spent long before the test opens the gate.
+WAIT_TASKS = """
+@app.task(base=SingletonTask, bind=True, name="debounce.slow", debounce=0.2, lock_key=["doc"],
+          retry_countdown=0.1)
+def slow(self, doc, version, held=False):
+    coord.rpush("ran:slow", f"start {version}")
+    if held:
+        hold(self, "slow")
+    coord.rpush("ran:slow", f"end {version}")
+    return version
+
+
+@app.task(base=SingletonTask, bind=True, name="debounce.bounded", debounce=0.2, lock_key=["doc"],
+          retry_countdown=0.1, max_retries=2)
+def bounded(self, doc, version, held=False):
+    coord.rpush("ran:bounded", str(version))
+    if held:
+        hold(self, "bounded")
+    return version
+"""
+
+
+def wait_senders(app: Celery) -> tuple[Any, Any]:
+    options: dict[str, Any] = {"base": SingletonTask, "shared": False, "debounce": 0.2, "lock_key": ["doc"]}
+
+    @app.task(name="debounce.slow", **options)
+    def slow(doc: int, version: int, held: bool = False) -> None:
+        raise AssertionError("runs in the worker only")
+
+    @app.task(name="debounce.bounded", max_retries=2, **options)
+    def bounded(doc: int, version: int, held: bool = False) -> None:
+        raise AssertionError("runs in the worker only")
+
+    return slow, bounded
+
+
+def test_the_latest_call_waits_out_a_run_longer_than_max_retries(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    proc = worker_process(worker_module(urls, "debounce_wait", WAIT_TASKS), "-c", "2")
+    slow, _ = wait_senders(make_app())
+    first = slow.delay(1, 0, held=True)
+    wait_started(coord, "slow")
+    latest = slow.delay(1, 1)  # a new burst: due while the first run still holds the key
+    retrying = f"Retrying duplicate debounce.slow[{latest.id}]"
+    skipped = f"Skipped duplicate debounce.slow[{latest.id}]"
+    # Past Celery's default max_retries (3) and the retry it would have refused.
+    assert poll(lambda: proc.log().count(retrying) >= 5 or skipped in proc.log(), 15), proc.log()
+    open_gate(coord, "slow", times=1)
+    assert first.get(timeout=15) == 0
+    assert latest.get(timeout=15) == 1  # the burst's call ran, after the run it waited for
+    assert [e.decode() for e in coord.lrange("ran:slow", 0, -1)] == ["start 0", "end 0", "start 1", "end 1"]
+    assert skipped not in proc.log()
+
+
+def test_a_max_retries_set_on_the_task_bounds_the_wait_and_the_loss_is_logged(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    node = f"debounce-{uuid.uuid4().hex[:8]}@test"
+    proc = worker_process(worker_module(urls, "debounce_bounded", WAIT_TASKS), "-c", "2", "-n", node)
+    app = make_app()
+    _, bounded = wait_senders(app)
+    first = bounded.delay(2, 0, held=True)
+    [(_, holder)] = wait_started(coord, "bounded")
+    lost = bounded.delay(2, 1)
+    error = lost.get(timeout=15, propagate=False)  # 2 retries, then lost: its caller is answered
+    assert isinstance(error, DuplicateTaskError), error
+    assert error.holder_task_id == holder
+    log = proc.log()
+    assert log.count(f"Retrying duplicate debounce.bounded[{lost.id}]") == 2
+    [line] = [line for line in log.splitlines() if f"Lost debounced debounce.bounded[{lost.id}]" in line]
+    assert "ERROR/" in line and f"held by {error.holder}" in line, line
+    stats = stats_of(app, node)
+    assert stats is not None and stats["counters"]["debounce_lost"] == 1, stats
+    open_gate(coord, "bounded", times=1)
+    assert first.get(timeout=15) == 0
+    assert coord.lrange("ran:bounded", 0, -1) == [b"0"]
