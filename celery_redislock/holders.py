@@ -72,7 +72,7 @@ os.register_at_fork(after_in_child=_tails.clear)
 def holder_id(task_id: str, hostname: str | None) -> str:
     tail = _tails.get(hostname)
     if tail is None:
-        tail = _tails[hostname] = f"{holder_prefix('', hostname)}{os.getpid()}:"
+        tail = _tails[hostname] = holder_prefix("", hostname, os.getpid())
     return f"{_escaped(task_id)}{tail}{next(_sequence)}"
 
 
@@ -91,10 +91,12 @@ def process_alive(pid: int) -> bool:
         return True
 
 
-def holder_prefix(task_id: str, hostname: str | None) -> str:
+def holder_prefix(task_id: str, hostname: str | None, pid: int | None = None) -> str:
     """What every holder id of ``task_id`` taken by this worker instance (node ``hostname``,
-    this BOOT_ID: the parent and all its children) starts with."""
-    return f"{_escaped(task_id)}@{node_name(hostname)}:{BOOT_ID}:"
+    this BOOT_ID: the parent and all its children) starts with; given ``pid``, every one taken
+    by that process of it."""
+    prefix = f"{_escaped(task_id)}@{node_name(hostname)}:{BOOT_ID}:"
+    return prefix if pid is None else f"{prefix}{pid}:"
 
 
 def local_pid(holder: str, task_id: str, hostname: str | None) -> int | None:

@@ -1,6 +1,6 @@
 """Worker lifecycle, connected on import: tag each request with its queue, free locks of dead or
-terminated children and of discarded messages from the parent, release what a process holds
-at shutdown. And the package's own signals (defined in ``events``): ``task_duplicate``,
+terminated children (as Celery reports them; ``child_exit`` frees a dead child's sooner) and of
+discarded messages from the parent, release what a process holds at shutdown. And the package's own signals (defined in ``events``): ``task_duplicate``,
 ``lock_lost``, ``lock_retaken``."""
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from celery.app.task import Context
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 
 from .bootstep import SettingsCheck
+from .child_exit import ChildExitRelease
 from .core.leases import REDIS_ERRORS
 from .core.renewal import get_renewer
 from .events import lock_lost, lock_retaken, task_duplicate
-from .holders import handover_id, holder_prefix, queued_id
+from .holders import handover_id, queued_id
 from .keys import KEY_HEADER
+from .parent_release import release_for
 from .queues import QUEUE_FIELD, consumed_queue
 from .runtime import runtime_for
 from .stats import counters
@@ -75,45 +77,11 @@ def _tag_queue(sender: Any = None, request: Any = None, **_: Any) -> None:
     request.request_dict[QUEUE_FIELD] = consumed_queue(delivery_info, queues, tags)
 
 
-def _lock_key(task: SingletonTask, context: Any) -> str:
-    """The key a request's execution locks: the one its message carries, else computed from its
-    arguments as the execution did."""
-    carried = getattr(context, KEY_HEADER, None)
-    if isinstance(carried, str) and carried:
-        return carried
-    plan = runtime_for(task.app).plan(task, getattr(context, QUEUE_FIELD, None))
-    return plan.key(task, context.args or (), context.kwargs or {})
-
-
 @signals.worker_init.connect(weak=False)
 def _share_counters(**_: Any) -> None:
     # Sent in the worker's main process before it forks its pool: the children then count
     # into the memory the parent answers `inspect redislock_stats` from.
     counters.share()
-
-
-def _release_for(task: SingletonTask, context: Any, why: str) -> None:
-    """Free, from the parent, the lock a child held for ``context`` (its request)."""
-    try:
-        runtime = runtime_for(task.app)
-        plan = runtime.plan(task, getattr(context, QUEUE_FIELD, None))
-        key = _lock_key(task, context)
-        prefix = holder_prefix(str(context.id), context.hostname)
-        engine = runtime.engine_for(plan.options)  # a lock, or a semaphore's slots
-        if engine.release_holder_prefix(key, prefix, notify=runtime.release_channel(key)):
-            counters.incr("released")
-            logger.info("Released lock %s of %s[%s]: %s", key, task.name, context.id, why)
-    except REDIS_ERRORS as exc:
-        counters.incr("redis_errors")
-        logger.warning(
-            "Could not release the lock of %s[%s] (%s): %r; it expires on its TTL",
-            task.name,
-            context.id,
-            why,
-            exc,
-        )
-    except Exception:  # a signal handler must not break the worker's failure handling
-        logger.exception("Could not release the lock of %s[%s] (%s)", task.name, context.id, why)
 
 
 @signals.task_failure.connect(weak=False)
@@ -131,11 +99,11 @@ def _release_dead_child(
     if not isinstance(sender, SingletonTask):
         return
     if isinstance(exception, WorkerLostError):
-        _release_for(sender, sender.request, "its worker process died")
+        release_for(sender, sender.request, "its worker process died")
     elif isinstance(exception, TimeLimitExceeded):
         # Celery sends this one without the request's context: find the request by its id.
         context = _received.context(task_id, args, kwargs)
-        _release_for(sender, context, "it was killed at its hard time limit")
+        release_for(sender, context, "it was killed at its hard time limit")
 
 
 @signals.task_revoked.connect(weak=False)
@@ -143,7 +111,7 @@ def _release_terminated(sender: Any = None, request: Any = None, terminated: boo
     if not isinstance(sender, SingletonTask) or request is None:
         return
     if terminated:
-        _release_for(sender, request, "it was revoked and terminated")
+        release_for(sender, request, "it was revoked and terminated")
     else:
         _release_discarded(sender, request)
 
@@ -174,13 +142,14 @@ def _release_discarded(task: SingletonTask, request: Any) -> None:
 
 
 @signals.worker_init.connect(weak=False)
-def _add_settings_check(sender: Any = None, **_: Any) -> None:
+def _add_worker_steps(sender: Any = None, **_: Any) -> None:
     # Bad redislock_* settings must stop the worker before it consumes anything, but what a
     # signal receiver raises is swallowed: add the bootstep that checks them instead. The
     # worker sends worker_init just before it builds its blueprint from app.steps["worker"].
+    # And the one that frees a prefork child's locks as the child exits.
     app: Celery | None = getattr(sender, "app", None)
     if app is not None:
-        app.steps["worker"].add(SettingsCheck)
+        app.steps["worker"].update((SettingsCheck, ChildExitRelease))
 
 
 @signals.worker_process_shutdown.connect(weak=False)
@@ -218,4 +187,4 @@ def _release_after_cold_shutdown(how: str | None = None, **_: Any) -> None:
 
 def _release_requests(busy: list[tuple[SingletonTask, Any]]) -> None:
     for task, context in busy:
-        _release_for(task, context, "the worker was shut down cold")
+        release_for(task, context, "the worker was shut down cold")

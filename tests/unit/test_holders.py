@@ -16,6 +16,7 @@ from celery_redislock.holders import (
     handover_id,
     held_by_no_execution,
     holder_id,
+    holder_prefix,
     local_pid,
     queued_id,
     task_id_of,
@@ -55,6 +56,18 @@ def test_only_this_worker_instances_holders_have_a_local_pid() -> None:
     assert local_pid(f"t1@shared@node:{os.getpid()}:1", "t1", "shared@node") is None
     assert local_pid(mine, "t2", "shared@node") is None
     assert local_pid(queued_id("t1"), "t1", "shared@node") is None
+
+
+def test_a_process_prefix_matches_that_process_holders_only() -> None:
+    # The worker's parent frees a dead child's locks by this prefix: never one of a process
+    # whose pid starts with the dead one's digits, nor one of another task id.
+    mine = holder_id("t1", "celery@host")
+    assert mine.startswith(holder_prefix("t1", "celery@host", os.getpid()))
+    assert mine.startswith(holder_prefix("t1", "celery@host"))
+    assert not mine.startswith(holder_prefix("t2", "celery@host", os.getpid()))
+    assert not f"t1@celery@host:{BOOT_ID}:{os.getpid()}1:1".startswith(
+        holder_prefix("t1", "celery@host", os.getpid())
+    )
 
 
 def test_seconds_until_reads_countdown_and_eta_as_celery_does() -> None:

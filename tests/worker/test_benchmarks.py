@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import placement
+from benchmarks import crash_release, placement
 from benchmarks.__main__ import main
 from benchmarks.harness import Bench, Config, _mean_cpu, run_seconds
 from benchmarks.send_path import main as send_path
@@ -133,3 +133,17 @@ def test_the_placement_benchmark_names_a_bad_size(capsys: pytest.CaptureFixture[
         with pytest.raises(SystemExit):
             placement.main(["--us", bad])
         assert "--us" in capsys.readouterr().err
+
+
+def test_the_crash_release_benchmark_times_each_kill(capsys: pytest.CaptureFixture[str]) -> None:
+    assert crash_release.main(["--kills", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kills"] == 2 and report["lock_timeout_s"] == 300
+    for times in (report["lock_freed_s"], report["result_s"]):
+        assert 0 < times["min"] <= times["median"] <= times["max"]
+
+
+def test_the_crash_release_benchmark_names_a_bad_count(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        crash_release.main(["--kills", "0"])
+    assert "--kills" in capsys.readouterr().err

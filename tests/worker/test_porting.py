@@ -332,6 +332,19 @@ def retried(self, tag):
 """
 
 
+# The worker without the step that frees a child's locks at its exit: the fallbacks alone.
+WITHOUT_EXIT_HOOK = """
+from celery import signals
+from celery_redislock.child_exit import ChildExitRelease
+
+
+@signals.worker_init.connect(weak=False)
+def _without_the_exit_hook(sender=None, **_):
+    sender.app.steps["worker"].discard(ChildExitRelease)
+"""
+
+
+@pytest.mark.parametrize("exit_hook", [True, False], ids=["at-exit", "fallback"])
 @pytest.mark.parametrize("name", ["porting.dies", "porting.requeued", "porting.retried"])
 def test_freeing_a_sigkilled_childs_lock_is_logged_at_info_in_the_worker_log(
     urls: dict[str, str],
@@ -340,8 +353,10 @@ def test_freeing_a_sigkilled_childs_lock_is_logged_at_info_in_the_worker_log(
     make_app: Callable[..., Celery],
     worker_process: Callable[..., WorkerProcess],
     name: str,
+    exit_hook: bool,
 ) -> None:
-    proc = worker_process(worker_module(urls, "porting", DYING), "-c", "1")
+    tasks = DYING if exit_hook else DYING + WITHOUT_EXIT_HOOK
+    proc = worker_process(worker_module(urls, "porting", tasks), "-c", "1")
     client = make_app()
     requeue = name != "porting.dies"
     result = client.send_task(name, args=["k"])
@@ -353,13 +368,18 @@ def test_freeing_a_sigkilled_childs_lock_is_logged_at_info_in_the_worker_log(
     line = f"Released lock {key} of {name}[{task_id}]: its worker process died"
     assert poll(lambda: line in proc.log(), 10.0), proc.log()
     [logged] = [entry for entry in proc.log().splitlines() if line in entry]
-    if requeue:
+    if exit_hook:
+        # The parent, as it saw the child exit, whatever Celery does with the message then.
+        assert "INFO/MainProcess" in logged and f"(pid {child}, freed at its exit)" in logged, logged
+    elif requeue:
         # Celery re-queues the message (or sends a retry of it) and sends the parent no
         # task_failure: the message's next delivery (in the new child) frees the lock of its dead
         # delivery, and says so.
         assert "INFO/ForkPoolWorker-" in logged and f"holder {holder.decode()}" in logged, logged
     else:
-        assert "INFO/MainProcess" in logged, logged  # the parent, on WorkerLostError
+        assert "INFO/MainProcess" in logged and "freed at its exit" not in logged, (
+            logged
+        )  # on WorkerLostError
     if requeue:
         open_gate(coord, "k")
         assert result.get(timeout=15) == "done k"
