@@ -27,6 +27,12 @@ from celery_redislock.runtime import reset_runtime
 
 _names = itertools.count()
 
+#: A test of redelivery after the visibility timeout: a Redis (and SQS) transport's, which
+#: RabbitMQ does not have (it redelivers an unacknowledged message when its channel closes).
+visibility_redelivery = pytest.mark.redis_broker(
+    "redelivery of an unacknowledged message after the Redis transport's visibility_timeout"
+)
+
 
 def lock_keys(client: redis.Redis) -> list[bytes]:
     return sorted(client.scan_iter("redislock:*"))
@@ -97,6 +103,23 @@ def stats_of(app: Celery, node: str) -> dict[str, Any] | None:
             answer: dict[str, Any] = reply[node]
             return answer
     return None
+
+
+def queued_count(app: Celery, queue: str = "celery") -> int:
+    """How many messages wait in ``queue`` of ``app``'s broker (Redis or RabbitMQ)."""
+    with app.connection_for_write() as conn:
+        return int(conn.default_channel.queue_declare(queue, passive=True).message_count)
+
+
+def take_messages(app: Celery, queue: str) -> list[Any]:
+    """Every message waiting in ``queue`` of ``app``'s broker, taken out of it (any broker):
+    each has the Celery message's ``headers``."""
+    taken: list[Any] = []
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        while (message := channel.basic_get(queue, no_ack=True)) is not None:
+            taken.append(message)
+    return taken
 
 
 def open_gate(coord: redis.Redis, tag: str, times: int = 2) -> None:
