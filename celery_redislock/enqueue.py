@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import redis
 from celery.utils import uuid
+from celery.utils.time import maybe_iso8601
 
 from .errors import LockUnavailableError
 from .events import send_duplicate
@@ -167,7 +168,9 @@ def expiry_ttl_ms(expires: float | datetime | str | None) -> int | None:
         return None
     if isinstance(expires, (int, float)):
         return max(0, int(expires * 1000))
-    when = datetime.fromisoformat(expires) if isinstance(expires, str) else expires
+    when = maybe_iso8601(expires)  # Celery's own reading of an ISO 8601 string
+    if when is None:  # an empty string: no expiry, as Celery reads it
+        return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return max(0, int((when - datetime.now(timezone.utc)).total_seconds() * 1000))
