@@ -9,6 +9,7 @@ from datetime import datetime, timezone, tzinfo
 from typing import TYPE_CHECKING, Any, Callable
 
 from celery.utils import uuid
+from celery.utils.time import maybe_iso8601
 
 from .core.leases import REDIS_ERRORS
 from .errors import LockUnavailableError
@@ -22,9 +23,23 @@ from .urls import mask_url
 if TYPE_CHECKING:
     from .task import SingletonTask
 
-__all__ = ["keyed_headers", "may_lock_at_enqueue", "seconds_until", "send", "send_plan"]
+__all__ = [
+    "EXPIRY_MARGIN_MS",
+    "expiry_ttl_ms",
+    "keyed_headers",
+    "may_lock_at_enqueue",
+    "message_expires",
+    "queued_ttl_ms",
+    "seconds_until",
+    "send",
+    "send_plan",
+]
 
 logger = logging.getLogger("celery_redislock.task")
+
+#: How long a lock taken at enqueue outlives its message's expiry: a worker that received the
+#: message just before it expired has taken the lock over by then, or has discarded it.
+EXPIRY_MARGIN_MS = 1000
 
 #: ``Task.apply_async`` of the task's Celery base: what finally publishes.
 Publish = Callable[..., Any]
@@ -61,7 +76,7 @@ def send(
     task_id = task_id or uuid()
     queued = queued_id(task_id)
     delay = seconds_until(options.get("countdown"), options.get("eta"), task.app.timezone)
-    ttl_ms = plan.options.queued_timeout_ms + int(delay * 1000)
+    ttl_ms = queued_ttl_ms(plan.options.queued_timeout_ms + int(delay * 1000), message_expires(task, options))
     try:
         # Takes the key, or re-enters this task id's own queued lock (a retry's).
         result = runtime.engine.acquire(key, queued, ttl_ms)
@@ -139,3 +154,35 @@ def seconds_until(countdown: float | None, eta: datetime | str | None, tz: tzinf
     if when.tzinfo is None:
         when = when.replace(tzinfo=tz)
     return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+
+
+def message_expires(task: SingletonTask, options: Mapping[str, Any]) -> Any:
+    """The ``expires`` a send's message gets: the send's own (an explicit None clears the
+    task's), else the task's default, as Celery's ``apply_async`` merges them."""
+    return options.get("expires", task.expires)
+
+
+def expiry_ttl_ms(expires: float | datetime | str | None) -> int | None:
+    """Milliseconds from now until a message sent with ``expires`` (seconds, a datetime or its
+    ISO 8601 form, as a retry carries it; naive means UTC, as Celery reads it for the broker's
+    per-message TTL) expires, or None when it does not. A broker may drop an expired message
+    where no worker sees it (RabbitMQ does), so nothing is left to free its lock."""
+    if expires is None:
+        return None
+    if isinstance(expires, (int, float)):
+        return max(0, int(expires * 1000))
+    when = maybe_iso8601(expires)  # Celery's own reading of an ISO 8601 string
+    if when is None:  # an empty string: no expiry, as Celery reads it
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0, int((when - datetime.now(timezone.utc)).total_seconds() * 1000))
+
+
+def queued_ttl_ms(ttl_ms: int, expires: float | datetime | str | None) -> int:
+    """The TTL of a lock held for a queued message: ``ttl_ms``, but never longer than the
+    message's expiry (``expiry_ttl_ms``) plus ``EXPIRY_MARGIN_MS``."""
+    expiry_ms = expiry_ttl_ms(expires)
+    if expiry_ms is None:
+        return ttl_ms
+    return max(1, min(ttl_ms, expiry_ms + EXPIRY_MARGIN_MS))

@@ -163,7 +163,8 @@ class SingletonTask(Task[Any, Any]):
             inherited = {**(self.request.headers or {}), **(options.get("headers") or {})}
             options["headers"] = {**inherited, KEY_HEADER: key}
         held: Holding | None = getattr(self.request, HELD_FIELD, None)
-        hand_to = None if held is None else self._retry_hand_to(held.options, eta, countdown)
+        expires = options.get("expires", self.request.expires)  # what the retry's message gets
+        hand_to = None if held is None else self._retry_hand_to(held.options, eta, countdown, expires)
         self._release_held(hand_to)
         try:
             return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
@@ -176,14 +177,15 @@ class SingletonTask(Task[Any, Any]):
             raise
 
     def _retry_hand_to(
-        self, options: LockOptions, eta: Any, countdown: float | None
+        self, options: LockOptions, eta: Any, countdown: float | None, expires: Any = None
     ) -> tuple[str, int] | None:
         """Whom a retry hands the lock to, for how long; None: released.
 
         ``release_on_retry=False``: to ``{id}@handover``, which only this task id takes over.
         A task locked at enqueue: to ``{id}@queued``, as the retry's message is queued again,
         atomically, so no other call slips in between a release and a re-acquire. Either lives
-        until the retry is due, plus the usual TTL."""
+        until the retry is due, plus the usual TTL; one queued again, never past the retry's
+        ``expires``."""
         queued_again = options.lock_on == "enqueue" and not self.request.is_eager  # eager: no queue
         # A throttled run's retry keeps its window: handed over, as with release_on_retry=False.
         keep = not options.release_on_retry or options.throttle is not None
@@ -195,7 +197,7 @@ class SingletonTask(Task[Any, Any]):
         task_id = str(self.request.id)
         if keep:
             return handover_id(task_id), options.timeout_ms + delay_ms
-        return queued_id(task_id), options.queued_timeout_ms + delay_ms
+        return queued_id(task_id), enqueue.queued_ttl_ms(options.queued_timeout_ms + delay_ms, expires)
 
     def apply_async(
         self,

@@ -41,13 +41,44 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-def pytest_report_header() -> str:
-    # Which server this run tests against ($REDISLOCK_REDIS_SERVER): CI runs the suite on several.
+#: The brokers the worker tests run on (``--broker``, default ``$REDISLOCK_BROKER``, else redis).
+BROKERS = ("redis", "rabbitmq")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--broker",
+        choices=BROKERS,
+        default=os.environ.get("REDISLOCK_BROKER") or "redis",
+        help="the broker of the worker tests: redis (a database of the session's redis-server) "
+        "or rabbitmq (a vhost per test on a RabbitMQ started for the session); default "
+        "$REDISLOCK_BROKER, else redis",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("broker") not in BROKERS:  # $REDISLOCK_BROKER is not checked by choices
+        raise pytest.UsageError(f"REDISLOCK_BROKER must be one of {', '.join(BROKERS)}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("broker") == "redis":
+        return
+    for item in items:
+        marker = item.get_closest_marker("redis_broker")
+        if marker is not None:
+            reason = marker.args[0] if marker.args else "needs a Redis broker"
+            item.add_marker(pytest.mark.skip(reason=f"Redis broker only: {reason}"))
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    # Which server and broker this run tests against: CI runs the suite on several.
+    broker = f"broker: {config.getoption('broker')}"
     try:
         executable = find_redis_server()
     except RuntimeError as exc:
-        return f"redis server: none ({exc})"
-    return f"redis server: {server_version(executable)} ({executable})"
+        return [f"redis server: none ({exc})", broker]
+    return [f"redis server: {server_version(executable)} ({executable})", broker]
 
 
 @pytest.fixture

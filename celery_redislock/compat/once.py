@@ -10,6 +10,7 @@ from celery import Celery, states
 from celery.result import EagerResult
 
 from ..core.waiting import wait_for
+from ..enqueue import message_expires, queued_ttl_ms
 from ..errors import DuplicateTaskError, OptionError
 from ..holders import queued_id
 from ..options import source_task
@@ -174,7 +175,8 @@ class QueueOnce(CompatTask):
         plan = runtime.plan(self, getattr(queue, "name", queue) if queue is not None else None)
         key = plan.key(self, tuple(args or ()), dict(kwargs or {}))
         queued = queued_id(task_id)
-        runtime.engine.transfer(key, queued, queued, max(1, round(ttl * 1000)))
+        ttl_ms = queued_ttl_ms(max(1, round(ttl * 1000)), message_expires(self, options))
+        runtime.engine.transfer(key, queued, queued, ttl_ms)
 
 
 # -- celery-once 3.0.1's key format (celery_once/helpers.py), for the transition ------------------

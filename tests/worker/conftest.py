@@ -2,6 +2,8 @@
 
 Each test gets its own app (tasks registered with ``shared=False``, so no other app in the
 process sees them) on the session's real redis-server: broker db 0, results db 1, locks db 2.
+With ``--broker=rabbitmq`` (``REDISLOCK_BROKER=rabbitmq``) the broker is a vhost of its own on
+the session's RabbitMQ instead.
 """
 
 from __future__ import annotations
@@ -17,12 +19,19 @@ import pytest
 import redis
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
+from celery.worker import state
 
 from celery_redislock import OptionError, SingletonTask
-from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
+from celery_redislock.contrib.testing import RabbitMQServer, RedisServer, WorkerProcess, poll
 from celery_redislock.runtime import reset_runtime
 
 _names = itertools.count()
+
+#: A test of redelivery after the visibility timeout: a Redis (and SQS) transport's, which
+#: RabbitMQ does not have (it redelivers an unacknowledged message when its channel closes).
+visibility_redelivery = pytest.mark.redis_broker(
+    "redelivery of an unacknowledged message after the Redis transport's visibility_timeout"
+)
 
 
 def lock_keys(client: redis.Redis) -> list[bytes]:
@@ -96,14 +105,53 @@ def stats_of(app: Celery, node: str) -> dict[str, Any] | None:
     return None
 
 
+def queued_count(app: Celery, queue: str = "celery") -> int:
+    """How many messages wait in ``queue`` of ``app``'s broker (Redis or RabbitMQ)."""
+    with app.connection_for_write() as conn:
+        return int(conn.default_channel.queue_declare(queue, passive=True).message_count)
+
+
+def take_messages(app: Celery, queue: str) -> list[Any]:
+    """Every message waiting in ``queue`` of ``app``'s broker, taken out of it (any broker):
+    each has the Celery message's ``headers``."""
+    taken: list[Any] = []
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        while (message := channel.basic_get(queue, no_ack=True)) is not None:
+            taken.append(message)
+    return taken
+
+
 def open_gate(coord: redis.Redis, tag: str, times: int = 2) -> None:
     coord.rpush(f"gate:{tag}", *["go"] * times)
 
 
 @pytest.fixture
-def urls(redislock_server: RedisServer, redislock_url: str) -> dict[str, str]:
+def broker_url(request: pytest.FixtureRequest, redislock_server: RedisServer) -> Iterator[str]:
+    """The test's broker: db 0 of the session's redis-server, or with ``--broker=rabbitmq`` a
+    vhost of its own on the session's RabbitMQ, dropped after the test."""
+    if request.config.getoption("broker") != "rabbitmq":
+        yield f"redis://127.0.0.1:{redislock_server.port}/0"
+        return
+    yield from _vhost(request.getfixturevalue("redislock_rabbitmq"))
+
+
+@pytest.fixture
+def rabbitmq_url(redislock_rabbitmq: RabbitMQServer) -> Iterator[str]:
+    """A vhost of its own on the session's RabbitMQ, whatever ``--broker`` says."""
+    yield from _vhost(redislock_rabbitmq)
+
+
+def _vhost(server: RabbitMQServer) -> Iterator[str]:
+    name = f"test{next(_names)}"
+    yield server.add_vhost(name)
+    server.delete_vhost(name)
+
+
+@pytest.fixture
+def urls(redislock_server: RedisServer, redislock_url: str, broker_url: str) -> dict[str, str]:
     base = f"redis://127.0.0.1:{redislock_server.port}"
-    return {"broker": f"{base}/0", "backend": f"{base}/1", "locks": f"{base}/2", "coord": f"{base}/3"}
+    return {"broker": broker_url, "backend": f"{base}/1", "locks": f"{base}/2", "coord": f"{base}/3"}
 
 
 @pytest.fixture
@@ -166,9 +214,21 @@ def worker() -> Callable[..., Any]:
             shutdown_timeout=10,
             **kwargs,
         ) as w:
-            yield w
+            try:
+                yield w
+            finally:
+                _wake_to_stop(w)
 
     return run
+
+
+def _wake_to_stop(w: Any) -> None:
+    """Ask an in-process worker to stop, and wake its event loop to see it: on RabbitMQ (no
+    polling transport) the loop may otherwise sleep up to 10 s in its poll."""
+    state.should_terminate = 0  # what start_worker sets on exit; its loop checks it when awake
+    hub = getattr(w, "hub", None)
+    if hub is not None:
+        hub.call_soon(lambda: None)
 
 
 @pytest.fixture

@@ -23,7 +23,15 @@ from celery.exceptions import ChordError
 from celery_redislock import DuplicateTaskError, SingletonTask
 from celery_redislock.keys import release_channel
 
-from .conftest import WorkerProcess, lock_keys, open_gate, poll, wait_started, worker_module
+from .conftest import (
+    WorkerProcess,
+    lock_keys,
+    open_gate,
+    poll,
+    visibility_redelivery,
+    wait_started,
+    worker_module,
+)
 from .test_faults import restore_visible
 
 TASKS = """
@@ -280,6 +288,9 @@ def test_the_parent_frees_the_carried_key_of_a_terminated_or_dead_child(
 # -- case 6: a message Celery discards frees its queued lock -----------------------------------
 
 
+@pytest.mark.redis_broker(
+    "the worker receives an expired message and discards it; RabbitMQ drops it in the queue, where the lock's expiry bound frees it (test_enqueue_expiry)"
+)
 def test_an_expired_message_frees_its_queued_lock(
     client: Celery, locks: redis.Redis, start: Callable[..., WorkerProcess]
 ) -> None:
@@ -397,6 +408,7 @@ def test_a_task_id_containing_an_at_sign_is_the_one_an_identical_call_returns(
 # -- case 8: two workers sharing one node name ---------------------------------------------------
 
 
+@visibility_redelivery
 def test_a_worker_sharing_a_node_name_does_not_take_over_a_live_holder_it_cannot_see(
     urls: dict[str, str],
     coord: redis.Redis,

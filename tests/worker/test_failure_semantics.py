@@ -30,6 +30,7 @@ from .conftest import (
     open_gate,
     poll,
     stats_of,
+    visibility_redelivery,
     wait_started,
     worker_module,
 )
@@ -223,6 +224,7 @@ def redelivery(
     return proc, make_app(broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT})
 
 
+@visibility_redelivery
 def test_a_redelivered_copy_is_counted_as_retried_and_dropped_once_the_original_failed(
     coord: redis.Redis, locks: redis.Redis, redelivery: tuple[WorkerProcess, Celery]
 ) -> None:
@@ -246,6 +248,7 @@ def test_a_redelivered_copy_is_counted_as_retried_and_dropped_once_the_original_
     assert poll(lambda: lock_keys(locks) == [], 5)
 
 
+@visibility_redelivery
 def test_without_a_result_the_copy_runs_again_after_the_original_never_beside_it(
     coord: redis.Redis, redelivery: tuple[WorkerProcess, Celery]
 ) -> None:

@@ -17,7 +17,16 @@ from celery import Celery
 from celery_redislock import DuplicateTaskError
 from celery_redislock.contrib.testing import RedisServer
 
-from .conftest import WorkerProcess, lock_keys, open_gate, poll, stats_of, wait_started, worker_module
+from .conftest import (
+    WorkerProcess,
+    lock_keys,
+    open_gate,
+    poll,
+    stats_of,
+    visibility_redelivery,
+    wait_started,
+    worker_module,
+)
 
 TASKS = """
 class Gated(SingletonTask):
@@ -128,6 +137,7 @@ def wait_redelivered(client: Celery, proc: WorkerProcess, message: str) -> None:
     assert poll(redelivered, 20, interval=0.2), proc.log()
 
 
+@visibility_redelivery
 def test_a_copy_redelivered_after_the_visibility_timeout_waits_for_the_original(
     urls: dict[str, str],
     redislock_server: RedisServer,
@@ -171,6 +181,7 @@ def test_a_copy_redelivered_after_the_visibility_timeout_waits_for_the_original(
     broker.close()
 
 
+@visibility_redelivery
 def test_a_copy_redelivered_while_its_original_holds_a_slot_does_not_take_another(
     urls: dict[str, str],
     coord: redis.Redis,
@@ -198,6 +209,7 @@ def test_a_copy_redelivered_while_its_original_holds_a_slot_does_not_take_anothe
     assert len(wait_started(coord, "s")) == 1
 
 
+@visibility_redelivery
 def test_a_message_redelivered_after_its_worker_was_killed_runs_on_another_worker(
     urls: dict[str, str],
     coord: redis.Redis,

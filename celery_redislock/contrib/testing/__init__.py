@@ -1,10 +1,11 @@
-"""Test harnesses: real redis-servers (one, a Sentinel set, a cluster), round-trip counting
-clients, and a ``celery worker`` subprocess. Nothing here imports pytest; the fixtures built on
+"""Test harnesses: real redis-servers (one, a Sentinel set, a cluster), a RabbitMQ broker,
+round-trip counting clients, and a ``celery worker`` subprocess. Nothing here imports pytest; the fixtures built on
 these live in ``celery_redislock.contrib.pytest`` (a pytest11 plugin)."""
 
 from __future__ import annotations
 
 from .certificates import TestCA, find_openssl
+from .rabbitmq import RabbitMQServer, find_rabbitmq_server
 from .roundtrips import RoundTrips, counting_client, counting_cluster_client
 from .servers import (
     BUNDLED_SERVERS,
@@ -23,6 +24,7 @@ from .workers import WorkerNotReady, WorkerProcess
 __all__ = [
     "BUNDLED_SERVERS",
     "ClusterSet",
+    "RabbitMQServer",
     "RedisServer",
     "RoundTrips",
     "SentinelSet",
@@ -33,6 +35,7 @@ __all__ = [
     "counting_client",
     "counting_cluster_client",
     "find_openssl",
+    "find_rabbitmq_server",
     "find_redis_server",
     "free_port",
     "free_ports",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -31,6 +32,7 @@ __all__ = [
     "free_ports",
     "poll",
     "server_version",
+    "stop_process",
     "tls_support",
 ]
 
@@ -185,6 +187,23 @@ def _free(port: int) -> bool:
         return True
 
 
+def stop_process(process: subprocess.Popen[bytes] | None, timeout: float, group: bool = False) -> None:
+    """SIGTERM to ``process`` (a server we started), SIGKILL if it has not exited within
+    ``timeout``: to its process group too with ``group`` (it was started in a session of its
+    own, and its children would outlive it)."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        if group:
+            os.killpg(process.pid, signal.SIGKILL)
+        else:
+            process.kill()
+        process.wait(timeout)
+
+
 class RedisServer:
     """A redis-server process on 127.0.0.1, started and stopped by its pid.
 
@@ -292,14 +311,7 @@ class RedisServer:
 
     def stop(self, timeout: float = 10.0) -> None:
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout)
+        stop_process(process, timeout)
 
     def restart(self) -> RedisServer:
         self.stop()

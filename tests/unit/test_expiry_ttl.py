@@ -1,0 +1,41 @@
+"""The TTL of a lock held for a queued message, bounded by the message's expiry (pure logic)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from celery_redislock.enqueue import EXPIRY_MARGIN_MS, expiry_ttl_ms, queued_ttl_ms
+
+IN_10_S = datetime.now(timezone.utc) + timedelta(seconds=10)
+
+
+@pytest.mark.parametrize(
+    "expires",
+    [
+        pytest.param(10, id="seconds"),
+        pytest.param(IN_10_S, id="aware datetime"),
+        pytest.param(IN_10_S.replace(tzinfo=None), id="naive datetime is UTC"),
+        pytest.param(IN_10_S.isoformat(), id="ISO 8601, as a retry carries it"),
+        pytest.param(IN_10_S.isoformat().replace("+00:00", "Z"), id="ISO 8601 with Z"),
+        pytest.param(IN_10_S.astimezone(timezone(timedelta(hours=5))), id="another zone"),
+    ],
+)
+def test_an_expiry_bounds_the_ttl(expires: Any) -> None:
+    ttl = expiry_ttl_ms(expires)
+    assert ttl is not None and 9_000 < ttl <= 10_000
+    assert 9_000 + EXPIRY_MARGIN_MS < queued_ttl_ms(3_600_000, expires) <= 10_000 + EXPIRY_MARGIN_MS
+
+
+@pytest.mark.parametrize("expires", [None, ""])
+def test_no_expiry_leaves_the_ttl(expires: Any) -> None:
+    assert expiry_ttl_ms(expires) is None
+    assert queued_ttl_ms(3_600_000, expires) == 3_600_000
+
+
+def test_a_past_expiry_leaves_the_margin_and_a_longer_one_never_stretches_the_ttl() -> None:
+    assert queued_ttl_ms(3_600_000, -5) == EXPIRY_MARGIN_MS
+    assert queued_ttl_ms(3_600_000, datetime.now(timezone.utc) - timedelta(hours=1)) == EXPIRY_MARGIN_MS
+    assert queued_ttl_ms(60_000, 3600) == 60_000
