@@ -134,7 +134,8 @@ def make_app(release: str = "script") -> tuple[Celery, Task[Any, Any], Task[Any,
     # Celery's Proxy (a custom __call__'s tracer calls the task through it on every task).
     plain, locked = app.tasks["task_path.plain"], app.tasks["task_path.locked"]
     pool = redis.ConnectionPool(connection_class=canned_connection(release))
-    runtime_for(app).engine = LockEngine(redis.Redis(connection_pool=pool))
+    # As the runtime makes its own: a task's calls hold one connection of the pool.
+    runtime_for(app).engine = LockEngine(redis.Redis(connection_pool=pool), hold_connection=True)
     return app, plain, locked
 
 

@@ -128,7 +128,7 @@ class Runtime:
         if engine is None:
             with self._mutex:
                 if self._engine is None:
-                    self._engine = make_engine(self._connect())
+                    self._engine = make_engine(self._connect(), hold_connection=True)
                 engine = self._engine
         return engine
 

@@ -42,14 +42,15 @@ class LockEngine(BatchRenewal):
     holder id of.
     """
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, *, hold_connection: bool = False) -> None:
         self.client = client
         self._acquire = client.register_script(ACQUIRE)
         self._release = client.register_script(RELEASE)
         self._release_exact = client.register_script(RELEASE_EXACT)
         self._renew = client.register_script(RENEW)
         self._transfer = client.register_script(TRANSFER)
-        self._calls = PooledCalls.for_client(client)
+        # hold_connection: the client is the package's own (PooledCalls says why).
+        self._calls = PooledCalls.for_client(client, hold=hold_connection)
 
     def acquire(
         self,
@@ -256,6 +257,10 @@ def _delete_many(
     return [bool(deleted) for deleted in replies[::step]]
 
 
-def make_engine(client: Client) -> LockEngine:
-    """The engine for ``client``: a ClusterLockEngine for a RedisCluster."""
-    return ClusterLockEngine(client) if isinstance(client, RedisCluster) else LockEngine(client)
+def make_engine(client: Client, *, hold_connection: bool = False) -> LockEngine:
+    """The engine for ``client``: a ClusterLockEngine for a RedisCluster. ``hold_connection``:
+    a task's calls keep one connection of the client's pool (only for a client of the package's
+    own, see ``PooledCalls``)."""
+    if isinstance(client, RedisCluster):
+        return ClusterLockEngine(client)
+    return LockEngine(client, hold_connection=hold_connection)

@@ -4,6 +4,9 @@ of the client's pool, renewal batches cut into chunks pipelined in one round tri
 from __future__ import annotations
 
 import inspect
+import os
+import threading
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from importlib import resources
 from typing import Any, Literal
@@ -55,21 +58,26 @@ SEM_STATE = load_script("sem_state.lua")
 
 
 class PooledCalls:
-    """The calls every task makes (its acquire and release), each on a connection taken from
-    the client's pool for that call and given back after it.
+    """The calls every task makes (its acquire and release), on connections of the client's pool.
 
     Driven through redis-py's public ``Connection`` API (``send_command``, ``read_response``):
     the pool's connections only, so ``close()``, ``disconnect()``, re-authentication, health
-    checks, a forked child's fresh pool (the pool checks the pid) and whatever instruments the
-    pool or its connections reach them; a thread takes its own connection for its call. Not
+    checks and whatever instruments the pool or its connections reach them. Not
     ``Redis.execute_command``, whose per-call wrapping (a retry closure, reply callbacks,
     operation metrics) costs a task more than the socket calls it makes; the client's
     ``Retry`` still applies, as ``execute_command`` applies it (once, at once, for the lock
     client). Replies are not put through redis-py's response callbacks: callers only test for
     None, or read script replies, which have none.
+
+    ``hold``: keep one connection taken from the pool (still the pool's: counted, closed and
+    disconnected with it) for the calls of whichever thread finds it free, where a connection
+    taken and given back per call costs a task twice the Python of its two round trips. For a
+    client the package made itself (a Celery app's lock client), never for a caller's, whose
+    ``max_connections`` it would use up. A thread that finds it busy takes a connection from
+    the pool for its call; a forked child forgets it (the parent's socket).
     """
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, *, hold: bool = False) -> None:
         self._pool = client.connection_pool
         # redis-py < 5.3 takes a command name (unused by its pools); later ones warn if given one.
         self._name: tuple[str, ...] = ("EVALSHA",) if _takes_command_name(self._pool) else ()
@@ -77,31 +85,42 @@ class PooledCalls:
         #: release asks the server; None for none. A forked child keeps the answer (the same
         #: server); a server that stops taking it (failover, ACL) turns it to None.
         self._delete: ConditionalDelete | Literal[False] | None = False
+        self._held: Any = None
+        self._guard: threading.Lock | None = None
+        if hold:
+            self._guard = threading.Lock()
+            _holding.add(self)
 
     @classmethod
-    def for_client(cls, client: Client) -> PooledCalls | None:
+    def for_client(cls, client: Client, *, hold: bool = False) -> PooledCalls | None:
         """One for ``client``; None for a cluster client (or one bound to a single connection),
         which keeps redis-py's own path."""
         if not isinstance(client, redis.Redis) or getattr(client, "connection", None) is not None:
             return None
-        return cls(client)
+        return cls(client, hold=hold)
 
     def execute(self, *args: Any) -> Any:
         """Send one command and read its reply; raises redis-py's errors."""
+        guard = self._guard
+        if guard is not None and guard.acquire(blocking=False):
+            try:
+                connection = self._held
+                if connection is None:
+                    connection = self._held = self._pool.get_connection(*self._name)
+                return _call(connection, args)
+            finally:
+                guard.release()
         pool = self._pool
-        connection: Any = pool.get_connection(*self._name)
+        connection = pool.get_connection(*self._name)
         try:
-            connection.send_command(*args)
-            return connection.read_response()
-        except ResponseError:  # the server's answer: the connection is in order
-            raise
-        except Exception as error:
-            return _retry(connection, args, error)
-        except BaseException:
-            _drop(connection)
-            raise
+            return _call(connection, args)
         finally:
             pool.release(connection)
+
+    def _forget_held(self) -> None:
+        # In a forked child: the held connection's socket is the parent's; never written to.
+        self._held = None
+        self._guard = threading.Lock()
 
     def script(self, script: Script, keys: Sequence[str], args: Sequence[str]) -> Any:
         """EVALSHA of ``script``; EVAL (which also caches it again) after a NOSCRIPT reply."""
@@ -135,6 +154,35 @@ class PooledCalls:
             reply = None
         delete = self._delete = conditional_delete.choose(reply)
         return delete
+
+
+#: The PooledCalls that hold a connection, for the fork hook below.
+_holding: weakref.WeakSet[PooledCalls] = weakref.WeakSet()
+
+
+def _forget_held_connections() -> None:
+    for calls in list(_holding):
+        calls._forget_held()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_held_connections)
+
+
+def _call(connection: Any, args: Sequence[Any]) -> Any:
+    """``args`` sent on ``connection`` and its reply read; a failure goes to the client's
+    ``Retry``, an interruption drops the connection (a reply left unread would be the next
+    command's)."""
+    try:
+        connection.send_command(*args)
+        return connection.read_response()
+    except ResponseError:  # the server's answer: the connection is in order
+        raise
+    except Exception as error:
+        return _retry(connection, args, error)
+    except BaseException:
+        _drop(connection)
+        raise
 
 
 def _retry(connection: Any, args: Sequence[Any], error: Exception) -> Any:

@@ -104,13 +104,20 @@ def test_a_set_nx_does_not_take_a_key_of_another_type(
     assert redislock_redis.type("lock:sem") == b"zset"
 
 
-@pytest.fixture
-def engine_on(redislock_server: RedisServer) -> Iterator[Callable[[], LockEngine]]:
+# Per call: a connection taken from the pool for each call (a caller's client); held: one kept
+# from the pool for whichever thread finds it free (the Celery app's own client).
+HOLD = [pytest.param(False, id="per-call"), pytest.param(True, id="held")]
+
+
+@pytest.fixture(params=HOLD)
+def engine_on(
+    redislock_server: RedisServer, request: pytest.FixtureRequest
+) -> Iterator[Callable[[], LockEngine]]:
     clients: list[redis.Redis] = []
 
     def make() -> LockEngine:
         clients.append(redislock_server.client())
-        return LockEngine(clients[-1])
+        return LockEngine(clients[-1], hold_connection=request.param)
 
     yield make
     for client in clients:
@@ -152,6 +159,10 @@ def test_a_forked_child_talks_to_redis_on_a_connection_of_its_own(
     assert isinstance(client, redis.Redis)
     assert engine.acquire("lock:parent", "parent", 10_000).acquired  # the pool's connection made
     parent_id = client.client_id()
+    # The server-side id of the connection the engine's own calls use (a held one, or a pool's).
+    calls = engine._calls
+    assert calls is not None
+    engine_id = calls.execute("CLIENT", "ID")
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report its connection's id and whether its calls went right
@@ -161,28 +172,30 @@ def test_a_forked_child_talks_to_redis_on_a_connection_of_its_own(
                 and engine.release(f"lock:child:{n}", "child")
                 for n in range(50)
             )
-            os.write(write, f"{client.client_id()} {child_ok}".encode())
+            os.write(write, f"{client.client_id()} {calls.execute('CLIENT', 'ID')} {child_ok}".encode())
         finally:
             os._exit(0)
     os.close(write)
     with os.fdopen(read) as reader:
-        child_id, child_ok = reader.read().split()
+        child_id, child_engine_id, child_ok = reader.read().split()
     os.waitpid(pid, 0)
     assert child_ok == "True"
     assert int(child_id) != parent_id
+    assert int(child_engine_id) not in (parent_id, engine_id)
     # The parent's connection was left alone by the child: its next replies are its own.
     assert client.client_id() == parent_id
     assert engine.release("lock:parent", "parent") is True
     assert redislock_redis.keys("lock:child:*") == []
 
 
+@pytest.mark.parametrize("hold", HOLD)
 def test_the_engines_connection_is_its_pools_so_a_pool_wide_disconnect_reaches_it(
-    redislock_server: RedisServer, redislock_redis: redis.Redis
+    redislock_server: RedisServer, redislock_redis: redis.Redis, hold: bool
 ) -> None:
     name = f"fast-path-{uuid.uuid4().hex[:8]}"
     client = redislock_server.client(client_name=name)
     try:
-        engine = LockEngine(client)
+        engine = LockEngine(client, hold_connection=hold)
         assert engine.acquire("lock:pool", "me", 10_000).acquired
         assert [c["name"] for c in redislock_redis.client_list()].count(name) == 1
         client.connection_pool.disconnect()
@@ -194,6 +207,25 @@ def test_the_engines_connection_is_its_pools_so_a_pool_wide_disconnect_reaches_i
         assert engine.release("lock:pool", "me") is True
     finally:
         client.close()
+
+
+def test_a_held_connection_serves_every_call_in_turn_and_closes_with_the_client(
+    redislock_server: RedisServer, redislock_redis: redis.Redis
+) -> None:
+    name = f"held-{uuid.uuid4().hex[:8]}"
+    client = redislock_server.client(client_name=name)
+    engine = LockEngine(client, hold_connection=True)
+    for n in range(20):
+        assert engine.acquire(f"lock:held:{n}", "me", 10_000).acquired
+        assert engine.release(f"lock:held:{n}", "me") is True
+    # One connection for all of them, and the pool counts it as its own (in use).
+    assert [c["name"] for c in redislock_redis.client_list()].count(name) == 1
+    assert len(client.connection_pool._in_use_connections) == 1  # type: ignore[attr-defined]
+    client.close()
+    deadline = time.monotonic() + 10
+    while name in [c["name"] for c in redislock_redis.client_list()]:
+        assert time.monotonic() < deadline, "the held connection outlived client.close()"
+        time.sleep(0.01)
 
 
 def test_an_engine_on_a_pool_of_one_connection_never_asks_for_a_second(
