@@ -64,7 +64,10 @@ def _interpreter(version: str) -> str:
     """pyenv's newest patch release of ``version`` if pyenv has one (its shims run only the
     versions selected with ``pyenv global``), else ``version`` for nox to find on PATH."""
     root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    found = sorted(root.glob(f"{version}.*/bin/python{version}"), key=lambda p: _version(p.parts[-3]))
+    releases = (
+        p for p in root.glob(f"{version}.*/bin/python{version}") if re.fullmatch(r"[0-9.]+", p.parts[-3])
+    )
+    found = sorted(releases, key=lambda p: _version(p.parts[-3]))
     return str(found[-1]) if found else version
 
 
