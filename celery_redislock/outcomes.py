@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from celery import Task, states
+from celery import states
 from celery.backends.base import DisabledBackend
 from celery.exceptions import Ignore
 
@@ -28,7 +28,11 @@ logger = logging.getLogger("celery_redislock.task")
 #: a WARNING per failed attempt, so the task is never lost.
 BROKER_WAIT_INTERVAL_MAX = 5.0
 
-AnyTask = Task[Any, Any]
+if TYPE_CHECKING:
+    from celery import Task
+
+    # Celery's Task is generic to type checkers only before 5.7: subscripted at runtime it raises.
+    AnyTask = Task[Any, Any]
 
 
 def on_duplicate(task: AnyTask, options: LockOptions, key: str, holder: str) -> NoReturn:

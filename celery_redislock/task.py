@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from celery import Celery, Task
 from celery.exceptions import Ignore, Retry
@@ -34,7 +34,13 @@ PUBLISH = "publish"
 _SENDERS = {"debounce": debounce.send, "latest": latest.send, "enqueue": enqueue.send}
 
 
-class SingletonTask(Task[Any, Any]):
+if TYPE_CHECKING:
+    _TaskBase = Task[Any, Any]
+else:  # Celery's Task is subscriptable at runtime only from 5.7 on
+    _TaskBase = Task
+
+
+class SingletonTask(_TaskBase):
     """A task that runs at most once at a time per name and arguments (or ``lock_key``).
 
     Options given here (``@app.task(base=SingletonTask, lock_timeout=60)`` or a subclass

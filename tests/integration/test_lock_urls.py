@@ -39,7 +39,8 @@ def test_cluster_false_is_a_single_server(redislock_server: RedisServer) -> None
     [
         ("redis://127.0.0.1:notaport/0", "Port could not be cast to integer value as 'notaport'"),
         ("redis://127.0.0.1:6379/locks", "the database 'locks' is not a number"),
-        ("redis://127.0.0.1:6379/0?socket_timeout=soon", "Invalid value for 'socket_timeout'"),
+        # redis-py quotes the name in '' or in ``, by version.
+        ("redis://127.0.0.1:6379/0?socket_timeout=soon", "Invalid value for .socket_timeout."),
         ("sentinel://127.0.0.1:notaport/0", "Port could not be cast to integer value as 'notaport'"),
         ("sentinel://:pw@127.0.0.1:26379/zero", "the database 'zero' is not a number"),
     ],

@@ -20,6 +20,7 @@ import redis
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
 from celery.worker import state
+from kombu.asynchronous import set_event_loop
 
 from celery_redislock import OptionError, SingletonTask
 from celery_redislock.contrib.testing import RabbitMQServer, RedisServer, WorkerProcess, poll
@@ -205,6 +206,10 @@ def worker() -> Callable[..., Any]:
         kwargs: dict[str, Any] = {}
         if queues:
             kwargs["queues"] = queues
+        # A hub of its own, on this worker's timer, as a worker process has: kombu keeps the
+        # event loop process-wide, and Celery < 5.6 reused the last worker's, whose timer no
+        # longer runs (a countdown retry was received and never run).
+        set_event_loop(None)
         with start_worker(
             app,
             pool=pool,
