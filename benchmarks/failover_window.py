@@ -22,11 +22,11 @@ import time
 
 import redis
 
+from celery_redislock.config.urls import make_client
 from celery_redislock.contrib.testing import SentinelSet
-from celery_redislock.core import Lease, make_engine
-from celery_redislock.core.renewal import Renewer
-from celery_redislock.stats import counters
-from celery_redislock.urls import make_client
+from celery_redislock.engine import Lease, make_engine
+from celery_redislock.engine.renewal import Renewer
+from celery_redislock.ops.stats import counters
 
 KEY = "redislock:bench.failover:window"
 WATCH = 40.0  # seconds the contender keeps trying after the failover began

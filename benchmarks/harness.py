@@ -27,10 +27,10 @@ from celery import Celery
 from celery.result import EagerResult
 
 from celery_redislock.contrib.testing import RedisServer, WorkerProcess, counting_client
-from celery_redislock.core import Lease, LockEngine
-from celery_redislock.core.renewal import Renewer
-from celery_redislock.holders import holder_id
-from celery_redislock.keys import digest, format_key
+from celery_redislock.engine import Lease, LockEngine
+from celery_redislock.engine.holders import holder_id
+from celery_redislock.engine.keys import digest, format_key
+from celery_redislock.engine.renewal import Renewer
 
 from . import workerapp
 from .servers import server_executable, server_version

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from celery_redislock.core.scripts import RENEW_CHUNK
+from celery_redislock.engine.scripts import RENEW_CHUNK
 
 from .harness import _paired_ci, _paired_ratio
 

@@ -48,8 +48,8 @@ from celery.app.trace import build_tracer
 
 import celery_redislock
 from celery_redislock import SingletonTask
-from celery_redislock.core import LockEngine
-from celery_redislock.runtime import runtime_for
+from celery_redislock.engine import LockEngine
+from celery_redislock.integration.runtime import runtime_for
 
 #: A TTL long enough that the renewal timer never fires during a run (it would try the
 #: client's real connection, to no server).

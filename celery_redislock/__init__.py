@@ -1,16 +1,19 @@
-"""celery_redislock: singleton Celery tasks guarded by a renewed Redis lock."""
+"""celery_redislock: singleton Celery tasks guarded by a renewed Redis lock.
+
+The lock engine (``RedisLock``, ``RedisSemaphore`` and what they deal in) and the exceptions
+import no Celery; the Celery names (``SingletonTask``) are loaded on first use, with what
+loading them must do in every process that uses them: register ``inspect redislock_stats``,
+connect the worker lifecycle handlers and the counters, register the dedup modes.
+"""
 
 from __future__ import annotations
 
-import warnings
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-# Imported for what importing them does: register `inspect redislock_stats`, connect the worker
-# lifecycle handlers. Both must happen in every process that imports the package.
-from . import control, signals  # noqa: F401
-from .core import AcquireResult, AcquireStatus, Lease, LockEngine, RenewReport
-from .core.lock import RedisLock
-from .core.semaphore import RedisSemaphore
+from .engine import AcquireResult, AcquireStatus, Lease, LockEngine, RenewReport
+from .engine.redis_lock import RedisLock
+from .engine.redis_semaphore import RedisSemaphore
 from .errors import (
     ConfigurationError,
     DuplicateTaskError,
@@ -24,7 +27,9 @@ from .errors import (
     RedisTLSError,
     RedisURLError,
 )
-from .task import SingletonTask
+
+if TYPE_CHECKING:
+    from .integration.task import SingletonTask
 
 __all__ = [
     "AcquireResult",
@@ -50,16 +55,15 @@ __all__ = [
 
 __version__ = "0.1.0"
 
+#: What loading the Celery integration imports, each for what importing it does (see above).
+_CELERY_PARTS = (".ops.control", ".integration.worker_handlers", ".modes")
+
 
 def __getattr__(name: str) -> Any:
-    # Deprecated names, still there for code that imported them.
-    if name == "consumed_queue":
-        warnings.warn(
-            "celery_redislock.consumed_queue is deprecated: import it from celery_redislock.queues",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        from .queues import consumed_queue
-
-        return consumed_queue
+    if name == "SingletonTask":
+        for part in _CELERY_PARTS:
+            importlib.import_module(part, __name__)
+        task = importlib.import_module(".integration.task", __name__).SingletonTask
+        globals()[name] = task
+        return task
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import reprlib
 from typing import Any
 
-from .holders import task_id_of
+from .engine.holders import task_id_of
 
 _repr = reprlib.Repr()
 _repr.maxstring = 60

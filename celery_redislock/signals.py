@@ -1,190 +1,63 @@
-"""Worker lifecycle, connected on import: tag each request with its queue, free locks of dead or
-terminated children (as Celery reports them; ``child_exit`` frees a dead child's sooner) and of
-discarded messages from the parent, release what a process holds at shutdown. And the package's own signals (defined in ``events``): ``task_duplicate``,
-``lock_lost``, ``lock_retaken``."""
+"""The package's own Celery signals: a duplicate refused, a held lock lost or re-taken.
+
+Public as ``celery_redislock.signals.task_duplicate`` (and ``lock_lost``, ``lock_retaken``);
+defined here, apart from the worker lifecycle handlers, so the modules that send them
+(``outcomes``, ``enqueue``, the renewal hook) need not import those. Each is sent in the process
+where it happens. Celery's ``Signal.send`` catches and logs what a receiver raises, so a failing
+receiver never breaks the task (or the renewal thread); with no receiver connected, sending
+costs one attribute test, and the arguments are not even built (``_connected``).
+"""
 
 from __future__ import annotations
 
-import atexit
-import logging
-import weakref
-from collections.abc import Mapping, Sequence
-from types import SimpleNamespace
 from typing import Any
 
-from celery import Celery, signals
-from celery.app.task import Context
-from celery.exceptions import TimeLimitExceeded, WorkerLostError
+from celery.utils.dispatch import Signal
 
-from .bootstep import SettingsCheck
-from .child_exit import ChildExitRelease
-from .core.leases import REDIS_ERRORS
-from .core.renewal import get_renewer
-from .events import lock_lost, lock_retaken, task_duplicate
-from .holders import handover_id, queued_id
-from .keys import KEY_HEADER
-from .parent_release import release_for
-from .queues import QUEUE_FIELD, consumed_queue
-from .runtime import runtime_for
-from .stats import counters
-from .task import SingletonTask
+__all__ = ["lock_lost", "lock_retaken", "send_duplicate", "send_lease_event", "task_duplicate"]
 
-__all__ = ["lock_lost", "lock_retaken", "task_duplicate"]
+#: A call refused because its key is held: ``sender`` the task; ``task_id``, ``key``,
+#: ``holder`` (the id holding the key), ``strategy`` (the task's ``on_duplicate``), ``where``:
+#: ``"enqueue"`` (``apply_async`` published nothing) or ``"execute"`` (a worker did not run it).
+task_duplicate = Signal(
+    name="redislock.task_duplicate",
+    providing_args=["task_id", "key", "holder", "strategy", "where"],
+)
 
-logger = logging.getLogger("celery_redislock.worker")
+#: The renewal found a held lock taken by someone else (it had expired): ``sender`` the task
+#: (None for a ``RedisLock``/``RedisSemaphore`` held outside a task); ``key``, ``holder`` (the id
+#: this process held it under), ``new_holder`` (the id holding it now, None if unknown; for a
+#: semaphore, the ids holding every slot, joined by ", "), ``task_id`` (None outside a task).
+lock_lost = Signal(
+    name="redislock.lock_lost",
+    providing_args=["key", "holder", "new_holder", "task_id"],
+)
 
-
-class _Received:
-    """The requests this worker has received and still holds, by task id, and its node name:
-    the hard time limit's task_failure comes without the request, whose headers may carry the
-    key, and the release needs the node the holder id names."""
-
-    def __init__(self) -> None:
-        self.requests: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
-        self.node: str | None = None
-
-    def add(self, request: Any) -> None:
-        self.requests[request.id] = request
-        self.node = request.hostname
-
-    def context(self, task_id: Any, args: Any, kwargs: Any) -> Any:
-        """The context of request ``task_id``, or what a release needs of it when it is gone."""
-        request = self.requests.get(str(task_id))
-        if request is not None:
-            return Context(request.request_dict)
-        return SimpleNamespace(id=task_id, hostname=self.node, args=args, kwargs=kwargs)
+#: The renewal found a held lock gone (expired, or Redis restarted without it) and free, and
+#: took it back: same arguments as ``lock_lost``, ``new_holder`` always None. Someone may have
+#: held it in between: a body that must know uses a fencing token.
+lock_retaken = Signal(
+    name="redislock.lock_retaken",
+    providing_args=["key", "holder", "new_holder", "task_id"],
+)
 
 
-_received = _Received()
+def _connected(signal: Signal) -> bool:
+    # What Signal.send tests first: checked here before the arguments are built.
+    return bool(signal.receivers)
 
 
-@signals.task_received.connect(weak=False)
-def _tag_queue(sender: Any = None, request: Any = None, **_: Any) -> None:
-    # Runs in the consumer (the parent of prefork children): the request dict is what the
-    # child gets as task.request, so the queue rides along to SingletonTask.__call__.
-    if request is None or not isinstance(request.task, SingletonTask):
-        return
-    _received.add(request)
-    if not runtime_for(request.task.app).settings.queues:
-        return  # no per-queue options: which queue it came from changes nothing
-    task_consumer = getattr(sender, "task_consumer", None)
-    queues: Sequence[Any] = getattr(task_consumer, "queues", None) or list(
-        request.task.app.amqp.queues.values()
-    )
-    tags: Mapping[str, str] = getattr(task_consumer, "_active_tags", None) or {}
-    message = getattr(request, "message", None)
-    delivery_info = getattr(message, "delivery_info", None) or request.delivery_info or {}
-    request.request_dict[QUEUE_FIELD] = consumed_queue(delivery_info, queues, tags)
-
-
-@signals.worker_init.connect(weak=False)
-def _share_counters(**_: Any) -> None:
-    # Sent in the worker's main process before it forks its pool: the children then count
-    # into the memory the parent answers `inspect redislock_stats` from.
-    counters.share()
-
-
-@signals.task_failure.connect(weak=False)
-def _release_dead_child(
-    sender: Any = None,
-    task_id: str | None = None,
-    exception: BaseException | None = None,
-    args: Any = None,
-    kwargs: Any = None,
-    **_: Any,
-) -> None:
-    # Sent in the parent when a prefork child died mid-task (WorkerLostError) or was killed
-    # at its hard time limit: the child's own release never ran, so free its lock now
-    # instead of after lock_timeout.
-    if not isinstance(sender, SingletonTask):
-        return
-    if isinstance(exception, WorkerLostError):
-        release_for(sender, sender.request, "its worker process died")
-    elif isinstance(exception, TimeLimitExceeded):
-        # Celery sends this one without the request's context: find the request by its id.
-        context = _received.context(task_id, args, kwargs)
-        release_for(sender, context, "it was killed at its hard time limit")
-
-
-@signals.task_revoked.connect(weak=False)
-def _release_terminated(sender: Any = None, request: Any = None, terminated: bool = False, **_: Any) -> None:
-    if not isinstance(sender, SingletonTask) or request is None:
-        return
-    if terminated:
-        release_for(sender, request, "it was revoked and terminated")
-    else:
-        _release_discarded(sender, request)
-
-
-def _release_discarded(task: SingletonTask, request: Any) -> None:
-    """A message Celery discards unrun (expired, or revoked before it ran): free the lock kept
-    for it, taken at enqueue (``{id}@queued``) or handed over by its previous run
-    (``{id}@handover``), instead of leaving it for its TTL. Only messages carrying their key
-    have one; any other holder (a delivery running elsewhere) is left alone."""
-    key = getattr(request, KEY_HEADER, None)
-    if not isinstance(key, str) or not key:
-        return
-    task_id = str(request.id)
-    try:
-        runtime = runtime_for(task.app)
-        for holder in (queued_id(task_id), handover_id(task_id)):
-            if runtime.engine.release(key, holder, notify=runtime.release_channel(key)):
-                counters.incr("released")
-                logger.info("Released lock %s of discarded %s[%s] (%s)", key, task.name, task_id, holder)
-    except REDIS_ERRORS as exc:
-        counters.incr("redis_errors")
-        logger.warning(
-            "Could not release the lock of discarded %s[%s]: %r; it expires on its TTL",
-            task.name,
-            task_id,
-            exc,
+def send_duplicate(task: Any, task_id: str, key: str, holder: str, strategy: str, where: str) -> None:
+    """Send ``task_duplicate`` for a refused call of ``task``."""
+    if _connected(task_duplicate):
+        task_duplicate.send(
+            sender=task, task_id=task_id, key=key, holder=holder, strategy=strategy, where=where
         )
 
 
-@signals.worker_init.connect(weak=False)
-def _add_worker_steps(sender: Any = None, **_: Any) -> None:
-    # Bad redislock_* settings must stop the worker before it consumes anything, but what a
-    # signal receiver raises is swallowed: add the bootstep that checks them instead. The
-    # worker sends worker_init just before it builds its blueprint from app.steps["worker"].
-    # And the one that frees a prefork child's locks as the child exits.
-    app: Celery | None = getattr(sender, "app", None)
-    if app is not None:
-        app.steps["worker"].update((SettingsCheck, ChildExitRelease))
-
-
-@signals.worker_process_shutdown.connect(weak=False)
-def _release_process_locks(**_: Any) -> None:
-    # A prefork child exiting, or (worker_shutdown below) a solo/threads worker: release what
-    # this process still holds, then stop its renewal thread.
-    renewer = get_renewer()
-    released = renewer.release_all()
-    counters.incr("released", released)
-    renewer.stop()
-
-
-@signals.worker_shutdown.connect(weak=False)
-def _release_at_shutdown(**_: Any) -> None:
-    _release_process_locks()
-
-
-@signals.worker_shutting_down.connect(weak=False)
-def _release_after_cold_shutdown(how: str | None = None, **_: Any) -> None:
-    # A cold shutdown terminates the pool: children normally release in their own cleanup, but
-    # one killed outright cannot. Celery forgets the active requests before the pool is gone
-    # (and sends no worker_shutdown), so note them now and free their locks at exit.
-    if how != "Cold":
-        return
-    from celery.worker import state
-
-    busy = [
-        (r.task, Context(r.request_dict))
-        for r in list(state.active_requests)
-        if isinstance(r.task, SingletonTask)
-    ]
-    if busy:
-        atexit.register(_release_requests, busy)
-
-
-def _release_requests(busy: list[tuple[SingletonTask, Any]]) -> None:
-    for task, context in busy:
-        release_for(task, context, "the worker was shut down cold")
+def send_lease_event(
+    signal: Signal, task: Any, key: str, holder: str, new_holder: str | None, task_id: str | None
+) -> None:
+    """Send ``lock_lost`` or ``lock_retaken`` for the lease ``key``/``holder``."""
+    if _connected(signal):
+        signal.send(sender=task, key=key, holder=holder, new_holder=new_holder, task_id=task_id)

@@ -26,8 +26,8 @@ from typing import Any
 
 import redis
 
+from celery_redislock.config.urls import mask_url
 from celery_redislock.contrib.testing import RedisServer, WorkerNotReady, WorkerProcess
-from celery_redislock.urls import mask_url
 
 #: The directory holding the example project (``proj``); the worker and the CLI run from it.
 EXAMPLES = Path(__file__).resolve().parent

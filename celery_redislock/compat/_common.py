@@ -12,19 +12,19 @@ from typing import Any, ClassVar
 
 from celery import Celery
 
-from ..core import LockEngine, LockInfo, make_engine
-from ..core.leases import REDIS_ERRORS
+from .. import SingletonTask  # through the package: loads what the Celery integration needs
+from ..config.options import LockOptions, check_argument, source_task
+from ..config.urls import make_client, resolve_redis_url
+from ..engine import LockEngine, LockInfo, make_engine
+from ..engine.holders import task_id_of
+from ..engine.keys import KEY_HEADER
+from ..engine.leases import REDIS_ERRORS
 from ..errors import OptionError
-from ..holders import task_id_of
-from ..keys import KEY_HEADER
-from ..options import LockOptions, check_argument, source_task
-from ..runtime import SOCKET_TIMEOUT, reset_runtime, run_function, runtime_for
-from ..task import SingletonTask
-from ..urls import make_client, resolve_redis_url
+from ..integration.runtime import SOCKET_TIMEOUT, reset_runtime, run_function, runtime_for
 
 __all__ = ["LEGACY_SETTING", "CompatTask", "Legacy", "Refusal", "constant_key", "lock_key_of"]
 
-logger = logging.getLogger("celery_redislock.compat")
+logger = logging.getLogger(__name__)
 
 #: The transition setting: compat tasks also honour (at send) and clear (after a run of a
 #: message an old producer sent) the lock keys the old library wrote.

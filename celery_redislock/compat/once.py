@@ -9,12 +9,12 @@ from typing import Any, ClassVar
 from celery import Celery, states
 from celery.result import EagerResult
 
-from ..core.waiting import wait_for
-from ..enqueue import message_expires, queued_ttl_ms
+from ..config.options import source_task
+from ..engine.holders import queued_id
+from ..engine.waiting import wait_for
 from ..errors import DuplicateTaskError, OptionError
-from ..holders import queued_id
-from ..options import source_task
-from ..runtime import runtime_for
+from ..integration.runtime import runtime_for
+from ..integration.sending import message_expires, queued_ttl_ms
 from ._common import CompatTask, Refusal, flag, lock_key_of, seconds, signature_arguments
 
 __all__ = ["AlreadyQueued", "QueueOnce", "legacy_once_key"]

@@ -13,10 +13,10 @@ import redis
 from celery import Celery
 
 from .. import errors
-from ..cli import glob_escape, held_locks
+from ..engine.holders import held_by_no_execution
 from ..errors import OptionError
-from ..holders import held_by_no_execution
-from ..runtime import runtime_for
+from ..integration.runtime import runtime_for
+from ..ops.cli import glob_escape, held_locks
 from ._common import CompatTask, Legacy, flag, lock_key_of, seconds, signature_arguments
 
 __all__ = ["DuplicateTaskError", "Singleton", "clear_locks", "legacy_singleton_key"]

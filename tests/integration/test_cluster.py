@@ -9,9 +9,9 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from celery_redislock.config.urls import make_client
 from celery_redislock.contrib.testing import ClusterSet, counting_cluster_client
-from celery_redislock.core import AcquireStatus, ClusterLockEngine, Lease, make_engine
-from celery_redislock.urls import make_client
+from celery_redislock.engine import AcquireStatus, ClusterLockEngine, Lease, make_engine
 
 
 @pytest.fixture
@@ -148,8 +148,8 @@ def test_a_lock_survives_a_cluster_failover_and_renewal_follows_it(
 
 
 def test_a_cluster_url_with_a_database_is_refused() -> None:
+    from celery_redislock.config.settings import read_settings
     from celery_redislock.errors import RedisURLError
-    from celery_redislock.settings import read_settings
 
     with pytest.raises(RedisURLError, match="only database 0"):
         read_settings({"redislock_url": "redis://node:7000/3?cluster=true"})
@@ -162,7 +162,7 @@ def test_redis_errors_from_an_unreachable_cluster_are_redis_errors() -> None:
 
 def test_semaphores_and_standalone_locks_on_a_cluster_renew_across_slots(client: RedisCluster) -> None:
     from celery_redislock import RedisLock, RedisSemaphore
-    from celery_redislock.core.renewal import get_renewer
+    from celery_redislock.engine.renewal import get_renewer
 
     names = keys_on_every_node(client, 30, prefix="sem")
     semaphores = [RedisSemaphore(client, name, 2, timeout=30) for name in names[:15]]

@@ -19,7 +19,7 @@ from celery_redislock.contrib.testing import (
     counting_client,
     find_redis_server,
 )
-from celery_redislock.core import LockEngine
+from celery_redislock.engine import LockEngine
 
 NATIVE = conditional_delete_of()
 needs_native = pytest.mark.skipif(

@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from celery_redislock.contrib.testing import RedisServer, counting_client
-from celery_redislock.core import AcquireStatus, Lease, LockEngine
-from celery_redislock.core.scripts import RENEW_CHUNK
+from celery_redislock.engine import AcquireStatus, Lease, LockEngine
+from celery_redislock.engine.scripts import RENEW_CHUNK
 
 from .helpers import script_calls
 

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from celery_redislock.contrib.testing import RedisServer, RoundTrips, counting_client
-from celery_redislock.core import AcquireResult, AcquireStatus, LockEngine
+from celery_redislock.engine import AcquireResult, AcquireStatus, LockEngine
 
 
 @pytest.fixture

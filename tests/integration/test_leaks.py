@@ -17,9 +17,9 @@ from celery import Celery
 
 from celery_redislock import RedisLock, RedisSemaphore, SingletonTask
 from celery_redislock.contrib.testing import RedisServer
-from celery_redislock.core.lock import lock_engine_for
-from celery_redislock.core.semaphore import semaphore_engine_for
-from celery_redislock.runtime import runtime_for
+from celery_redislock.engine.redis_lock import lock_engine_for
+from celery_redislock.engine.redis_semaphore import semaphore_engine_for
+from celery_redislock.integration.runtime import runtime_for
 
 CLIENTS = 20
 

@@ -10,7 +10,7 @@ import redis
 
 from celery_redislock import LockAcquireError, LockError, LockNotOwnedError, OptionError, RedisLock
 from celery_redislock.contrib.testing import RedisServer, counting_client
-from celery_redislock.core.renewal import get_renewer
+from celery_redislock.engine.renewal import get_renewer
 
 from .helpers import contenders, inside_function, killed_holder, poll
 

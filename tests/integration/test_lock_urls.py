@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from celery_redislock.config.settings import read_settings
+from celery_redislock.config.urls import LockClient, client_factory
 from celery_redislock.contrib.testing import RedisServer
-from celery_redislock.settings import read_settings
-from celery_redislock.urls import LockClient, client_factory
 
 
 def lock_client_for(url: str) -> LockClient:

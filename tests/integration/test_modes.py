@@ -8,8 +8,8 @@ import pytest
 import redis
 
 from celery_redislock.contrib.testing import RedisServer
-from celery_redislock.core.modes import ModeEngine, latest_key
-from celery_redislock.holders import any_delivery_prefix
+from celery_redislock.engine.holders import any_delivery_prefix
+from celery_redislock.engine.mode_scripts import ModeEngine, latest_key
 
 KEY = "redislock:modes.t:0123"
 

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 from redis.cluster import RedisCluster
 
+from celery_redislock.config.urls import make_client
 from celery_redislock.contrib.testing import ClusterSet
-from celery_redislock.core.modes import LatestReply, ModeEngine, latest_key
-from celery_redislock.urls import make_client
+from celery_redislock.engine.mode_scripts import LatestReply, ModeEngine, latest_key
 
 
 @pytest.fixture

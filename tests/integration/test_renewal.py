@@ -12,9 +12,9 @@ import pytest
 import redis
 
 from celery_redislock.contrib.testing import RedisServer
-from celery_redislock.core import Lease, LockEngine
-from celery_redislock.core.renewal import Renewer, get_renewer
-from celery_redislock.stats import counters
+from celery_redislock.engine import Lease, LockEngine
+from celery_redislock.engine.renewal import Renewer, get_renewer
+from celery_redislock.ops.stats import counters
 
 from .helpers import script_calls
 

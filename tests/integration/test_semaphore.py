@@ -11,8 +11,8 @@ import redis
 
 from celery_redislock import LockAcquireError, LockNotOwnedError, OptionError, RedisSemaphore
 from celery_redislock.contrib.testing import RedisServer, counting_client
-from celery_redislock.core import AcquireStatus, SemaphoreEngine, SemaphoreLease
-from celery_redislock.core.renewal import get_renewer
+from celery_redislock.engine import AcquireStatus, SemaphoreEngine, SemaphoreLease
+from celery_redislock.engine.renewal import get_renewer
 
 from .helpers import contenders, holder_process, inside_function, killed_holder, poll
 
@@ -294,7 +294,7 @@ def test_a_bad_limit_is_named(redislock_redis: redis.Redis) -> None:
 def test_a_lock_renewed_after_its_key_became_a_semaphore_is_reported_and_spares_the_batch(
     engine: SemaphoreEngine, redislock_redis: redis.Redis
 ) -> None:
-    from celery_redislock.core import Lease, LockEngine
+    from celery_redislock.engine import Lease, LockEngine
 
     locks = LockEngine(redislock_redis)
     locks.acquire("plain", "me", 30_000)

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from celery_redislock.config.settings import read_settings
+from celery_redislock.config.urls import make_client
 from celery_redislock.contrib.testing import SentinelSet
-from celery_redislock.core import AcquireStatus, Lease, LockEngine, make_engine
-from celery_redislock.settings import read_settings
-from celery_redislock.urls import make_client
+from celery_redislock.engine import AcquireStatus, Lease, LockEngine, make_engine
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ import redis
 from celery import Celery
 
 from celery_redislock import RedisTLSError
+from celery_redislock.config.settings import AppSettings, read_settings
+from celery_redislock.config.urls import client_factory
 from celery_redislock.contrib.testing import RedisServer, TestCA, find_redis_server, tls_support
-from celery_redislock.runtime import Runtime, reset_runtime
-from celery_redislock.settings import AppSettings, read_settings
-from celery_redislock.urls import client_factory
+from celery_redislock.integration.runtime import Runtime, reset_runtime
 
 AMQP = "amqp://guest@127.0.0.1:5672//"  # a broker that is not Redis; never connected to here
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from redis.exceptions import NoPermissionError, ReadOnlyError, ResponseError
 
-from celery_redislock.core.conditional_delete import COMMANDS, choose, unavailable
+from celery_redislock.engine.conditional_delete import COMMANDS, choose, unavailable
 
 DELIFEQ, DELEX = COMMANDS
 

@@ -7,7 +7,7 @@ import types
 import pytest
 from celery import Celery
 
-from celery_redislock.runtime import reset_runtime, runtime_for
+from celery_redislock.integration.runtime import reset_runtime, runtime_for
 
 
 @pytest.mark.parametrize("loaded_first", [True, False], ids=["config-loaded", "config-pending"])

@@ -10,9 +10,9 @@ import pytest
 from celery import Celery
 
 from celery_redislock import SingletonTask
-from celery_redislock.debounce import user_max_retries
+from celery_redislock.config.options import OPTION_NAMES, LockOptions, resolve, validate
 from celery_redislock.errors import OptionError
-from celery_redislock.options import OPTION_NAMES, LockOptions, resolve, validate
+from celery_redislock.modes.debounce import user_max_retries
 
 TASK = "task 'proj.reindex'"
 

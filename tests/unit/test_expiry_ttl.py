@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import pytest
 
-from celery_redislock.enqueue import EXPIRY_MARGIN_MS, expiry_ttl_ms, queued_ttl_ms
+from celery_redislock.integration.sending import EXPIRY_MARGIN_MS, expiry_ttl_ms, queued_ttl_ms
 
 
 def _in_10_s() -> datetime:

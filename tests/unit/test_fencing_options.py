@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from celery_redislock.config.options import LockOptions, resolve, validate
+from celery_redislock.engine.keys import fence_key
 from celery_redislock.errors import OptionError
-from celery_redislock.keys import fence_key
-from celery_redislock.options import LockOptions, resolve, validate
 
 TASK = "task 'proj.write'"
 

@@ -8,9 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from celery_redislock.enqueue import seconds_until
-from celery_redislock.errors import DuplicateTaskError
-from celery_redislock.holders import (
+from celery_redislock.engine.holders import (
     BOOT_ID,
     any_delivery_prefix,
     handover_id,
@@ -21,6 +19,8 @@ from celery_redislock.holders import (
     queued_id,
     task_id_of,
 )
+from celery_redislock.errors import DuplicateTaskError
+from celery_redislock.integration.sending import seconds_until
 
 TASK_IDS = ["3f2c1a9e-5b7d-4e0f-9a61-2d8c4b7e1f03", "job@42", "a@b@c", "%40", "100%", "@", "%2540@"]
 

@@ -1,4 +1,4 @@
-"""Unit tests of celery_redislock.keys: canonical form, digests, key format, KeyBuilder."""
+"""Unit tests of celery_redislock.engine.keys: canonical form, digests, key format, KeyBuilder."""
 
 from __future__ import annotations
 
@@ -24,17 +24,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from celery_redislock import keys
-from celery_redislock.core.modes import debounce_keys, latest_key
+from celery_redislock.engine import keys
+from celery_redislock.engine.keys import MAX_DEPTH, KeyBuilder, canonical, digest, format_key, parse_key
+from celery_redislock.engine.mode_scripts import debounce_keys, latest_key
 from celery_redislock.errors import LockKeyError, OptionError
-from celery_redislock.keys import (
-    MAX_DEPTH,
-    KeyBuilder,
-    canonical,
-    digest,
-    format_key,
-    parse_key,
-)
 
 KEY_RE = re.compile(r"^redislock:proj\.f:[0-9a-f]{32}$")
 
@@ -403,7 +396,7 @@ def test_golden_keys() -> None:
 
 STABILITY_SCRIPT = """
 import datetime, decimal, sys, uuid
-from celery_redislock.keys import KeyBuilder, canonical
+from celery_redislock.engine.keys import KeyBuilder, canonical
 
 def task(a, b=None, *rest, **extra):
     pass

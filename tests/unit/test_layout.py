@@ -1,11 +1,9 @@
-"""The package's layout keeps its promises: a plain import costs nothing, old names still work."""
+"""The package's layout keeps its promises: a plain import costs nothing."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-
-import pytest
 
 
 def test_importing_the_package_maps_nothing_and_starts_no_thread() -> None:
@@ -21,12 +19,3 @@ print(sorted(set(os.listdir("/proc/self/fd")) - fds), threading.active_count(),
 """
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.split("\n")[0] == "[] 1 0 []"
-
-
-def test_the_old_testing_module_still_works_and_says_where_it_moved() -> None:
-    from celery_redislock.contrib.testing import RedisServer
-
-    with pytest.warns(DeprecationWarning, match="import it from celery_redislock.contrib.testing"):
-        from celery_redislock.testing import RedisServer as old
-
-    assert old is RedisServer

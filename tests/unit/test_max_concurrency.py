@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from celery_redislock.config.options import LockOptions, check_argument, resolve, validate
+from celery_redislock.engine.keys import release_channel, semaphore_keys
 from celery_redislock.errors import OptionError
-from celery_redislock.keys import release_channel, semaphore_keys
-from celery_redislock.options import LockOptions, check_argument, resolve, validate
 
 TASK = "task 'proj.crunch'"
 

@@ -1,4 +1,4 @@
-"""Unit tests of celery_redislock.options: validation, precedence, settings, the Redis URL."""
+"""Unit tests of celery_redislock.config.options: validation, precedence, settings, the Redis URL."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from celery_redislock.errors import ConfigurationError, OptionError, RedisURLError
-from celery_redislock.keywords import CLOSE_TO_OPTION, PEER_OPTIONS, check_task_keywords
-from celery_redislock.options import (
+from celery_redislock.config.keywords import CLOSE_TO_OPTION, PEER_OPTIONS, check_task_keywords
+from celery_redislock.config.options import (
     OPTION_NAMES,
     LockOptions,
     resolve,
@@ -20,8 +19,9 @@ from celery_redislock.options import (
     source_task,
     validate,
 )
-from celery_redislock.settings import SETTING_DEFAULTS, AppSettings, read_settings
-from celery_redislock.urls import mask_url, resolve_redis_url
+from celery_redislock.config.settings import SETTING_DEFAULTS, AppSettings, read_settings
+from celery_redislock.config.urls import mask_url, resolve_redis_url
+from celery_redislock.errors import ConfigurationError, OptionError, RedisURLError
 
 TASK = source_task("proj.send_report")
 QUEUE = source_queue("reports")

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
-from celery_redislock.control import redislock_stats
-from celery_redislock.stats import COUNTER_NAMES, Counters, counters
+from celery_redislock.ops.control import redislock_stats
+from celery_redislock.ops.stats import COUNTER_NAMES, Counters, counters
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -206,14 +206,16 @@ def test_inspect_command_reports_this_process_and_the_global_counters() -> None:
         counters.incr("redis_errors", -1)
 
 
-def test_importing_the_package_registers_the_inspect_command() -> None:
-    # A fresh interpreter: this one already imported celery_redislock.control above.
+def test_the_task_base_registers_the_inspect_command() -> None:
+    # A fresh interpreter: this one already imported celery_redislock.ops.control above. An app's
+    # tasks module names SingletonTask (or a compat base, which loads it): in the worker, and in
+    # the client of `celery -A proj inspect redislock_stats`, which checks the command's name.
     check = (
-        "import celery_redislock; from celery.worker.control import Panel; "
+        "from celery_redislock import SingletonTask; from celery.worker.control import Panel; "
         "print(Panel.meta['redislock_stats'].type, Panel.data['redislock_stats'].__module__)"
     )
     out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
-    assert out.stdout.split() == ["inspect", "celery_redislock.control"], out.stderr
+    assert out.stdout.split() == ["inspect", "celery_redislock.ops.control"], out.stderr
 
 
 def test_the_worker_maps_the_counters_before_it_forks() -> None:
@@ -221,7 +223,7 @@ def test_the_worker_maps_the_counters_before_it_forks() -> None:
     probe = """
 from celery import Celery, signals
 import celery_redislock
-from celery_redislock.stats import counters
+from celery_redislock.ops.stats import counters
 before = counters._values is None
 signals.worker_init.send(sender=None)
 print(before, counters._values is not None)

@@ -9,9 +9,9 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from celery_redislock.config.settings import read_settings, validate_transport_options
+from celery_redislock.config.urls import client_factory, resolve_redis_url, url_topology
 from celery_redislock.errors import OptionError, RedisURLError
-from celery_redislock.settings import read_settings, validate_transport_options
-from celery_redislock.urls import client_factory, resolve_redis_url, url_topology
 
 SENTINELS = "sentinel://:pw@s1:26379/0;sentinel://:pw@s2:26379/0;sentinel://:pw@s3:26379/0"
 NODES = "redis://n1:7000/0?cluster=true;redis://n2:7001;redis://n3:7002"

@@ -24,7 +24,7 @@ from kombu.asynchronous import set_event_loop
 
 from celery_redislock import OptionError, SingletonTask
 from celery_redislock.contrib.testing import RabbitMQServer, RedisServer, WorkerProcess, poll
-from celery_redislock.runtime import reset_runtime
+from celery_redislock.integration.runtime import reset_runtime
 
 _names = itertools.count()
 

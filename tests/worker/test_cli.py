@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from celery_redislock.contrib.testing import RedisServer, TestCA, free_port
-from celery_redislock.keys import digest, format_key
+from celery_redislock.engine.keys import digest, format_key
 
 from .conftest import poll
 

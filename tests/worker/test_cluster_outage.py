@@ -13,7 +13,7 @@ from celery import Celery
 
 from celery_redislock import LockUnavailableError, SingletonTask
 from celery_redislock.contrib.testing import ClusterSet
-from celery_redislock.runtime import runtime_for
+from celery_redislock.integration.runtime import runtime_for
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from kombu.exceptions import OperationalError
 
 from celery_redislock import DuplicateTaskError, SingletonTask
 from celery_redislock.contrib.testing import free_port
-from celery_redislock.runtime import reset_runtime
+from celery_redislock.integration.runtime import reset_runtime
 
 from .conftest import lock_keys, poll, queued_count
 

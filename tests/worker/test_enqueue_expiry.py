@@ -12,7 +12,7 @@ import redis
 
 from celery_redislock import SingletonTask
 from celery_redislock.compat.once import QueueOnce
-from celery_redislock.enqueue import EXPIRY_MARGIN_MS
+from celery_redislock.integration.sending import EXPIRY_MARGIN_MS
 
 from .conftest import lock_keys, poll
 

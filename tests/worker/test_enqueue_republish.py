@@ -21,7 +21,7 @@ from celery import Celery, chord, group
 from celery.exceptions import ChordError
 
 from celery_redislock import DuplicateTaskError, SingletonTask
-from celery_redislock.keys import release_channel
+from celery_redislock.engine.keys import release_channel
 
 from .conftest import (
     WorkerProcess,

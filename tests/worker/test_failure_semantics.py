@@ -21,8 +21,8 @@ from celery import Celery
 
 from celery_redislock import LockUnavailableError, SingletonTask
 from celery_redislock.contrib.testing import RedisServer
-from celery_redislock.runtime import runtime_for
-from celery_redislock.stats import counters
+from celery_redislock.integration.runtime import runtime_for
+from celery_redislock.ops.stats import counters
 
 from .conftest import (
     WorkerProcess,
@@ -36,7 +36,7 @@ from .conftest import (
 )
 from .test_faults import VISIBILITY_TIMEOUT, restore_visible, wait_redelivered
 
-TASK_LOG = "celery_redislock.task"
+TASK_LOG = "celery_redislock"  # every module logs under its own name below it
 
 
 @pytest.fixture

@@ -17,9 +17,9 @@ from kombu.exceptions import OperationalError
 
 from celery_redislock import DuplicateTaskError, SingletonTask
 from celery_redislock.contrib.testing import RedisServer
-from celery_redislock.core.modes import latest_key
-from celery_redislock.runtime import runtime_for
-from celery_redislock.stats import counters
+from celery_redislock.engine.mode_scripts import latest_key
+from celery_redislock.integration.runtime import runtime_for
+from celery_redislock.ops.stats import counters
 
 from .conftest import (
     WorkerProcess,

@@ -17,8 +17,8 @@ from celery import Celery
 
 from celery_redislock import DuplicateTaskError, OptionError, SingletonTask
 from celery_redislock.contrib.testing import RedisServer, counting_client
-from celery_redislock.core import SemaphoreEngine
-from celery_redislock.runtime import runtime_for
+from celery_redislock.engine import SemaphoreEngine
+from celery_redislock.integration.runtime import runtime_for
 
 from .conftest import WorkerProcess, lock_keys, open_gate, poll, wait_started, worker_module
 from .test_cli import Run, celery, celery_cmd, lock_key  # noqa: F401  (the CLI fixtures)
@@ -223,7 +223,7 @@ def test_skip_logs_once_with_the_holders(
     engine = SemaphoreEngine(locks)
     engine.acquire(key, "holder-a", 2, 60_000)
     engine.acquire(key, "holder-b", 2, 60_000)
-    caplog.set_level(logging.INFO, logger="celery_redislock.task")
+    caplog.set_level(logging.INFO, logger="celery_redislock")
     with worker(app, concurrency=1):
         result = capped.delay(5)
         with pytest.raises(DuplicateTaskError, match="holder-a, holder-b"):

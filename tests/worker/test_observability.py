@@ -202,7 +202,7 @@ def test_a_redislock_outside_a_task_sends_lock_retaken_and_lock_lost_with_no_sen
     locks: redis.Redis,
 ) -> None:
     from celery_redislock import RedisLock
-    from celery_redislock.core.renewal import get_renewer
+    from celery_redislock.engine.renewal import get_renewer
 
     lock = RedisLock(locks, "observe:plain", timeout=30)
     assert lock.acquire()

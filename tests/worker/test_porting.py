@@ -29,7 +29,7 @@ from celery_redislock import (
     SingletonTask,
 )
 from celery_redislock.contrib.testing import RedisServer
-from celery_redislock.stats import counters
+from celery_redislock.ops.stats import counters
 
 from .conftest import WorkerProcess, lock_keys, open_gate, poll, stats_of, wait_started, worker_module
 
@@ -335,7 +335,7 @@ def retried(self, tag):
 # The worker without the step that frees a child's locks at its exit: the fallbacks alone.
 WITHOUT_EXIT_HOOK = """
 from celery import signals
-from celery_redislock.child_exit import ChildExitRelease
+from celery_redislock.integration.child_exit import ChildExitRelease
 
 
 @signals.worker_init.connect(weak=False)

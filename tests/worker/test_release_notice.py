@@ -13,9 +13,9 @@ from celery import Celery
 
 from celery_redislock import SingletonTask
 from celery_redislock.contrib.testing import RedisServer, poll
-from celery_redislock.keys import release_channel
-from celery_redislock.runtime import runtime_for
-from celery_redislock.stats import counters
+from celery_redislock.engine.keys import release_channel
+from celery_redislock.integration.runtime import runtime_for
+from celery_redislock.ops.stats import counters
 
 
 def publishes(client: redis.Redis) -> int:

@@ -15,8 +15,8 @@ from celery import Celery
 
 from celery_redislock import DuplicateTaskError
 from celery_redislock.contrib.testing import ClusterSet, SentinelSet
-from celery_redislock.core import LockEngine
-from celery_redislock.runtime import runtime_for
+from celery_redislock.engine import LockEngine
+from celery_redislock.integration.runtime import runtime_for
 
 from .conftest import open_gate, poll, wait_started, worker_module
 

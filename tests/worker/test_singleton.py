@@ -14,13 +14,13 @@ from celery.exceptions import ChordError
 
 from celery_redislock import DuplicateTaskError, LockUnavailableError, OptionError, SingletonTask
 from celery_redislock.contrib.testing import RedisServer, conditional_delete_of, counting_client
-from celery_redislock.core import LockEngine
-from celery_redislock.runtime import runtime_for
-from celery_redislock.stats import counters
+from celery_redislock.engine import LockEngine
+from celery_redislock.integration.runtime import runtime_for
+from celery_redislock.ops.stats import counters
 
 from .conftest import lock_keys, poll
 
-SKIP_LOG = "celery_redislock.task"
+SKIP_LOG = "celery_redislock"  # every module logs under its own name below it
 
 
 def key_for(app: Any, task: Any, args: tuple[Any, ...]) -> str:

@@ -22,8 +22,8 @@ import pytest
 import redis
 from celery import Celery
 
-from celery_redislock.bootstep import EX_CONFIG
 from celery_redislock.contrib.testing import RedisServer, poll
+from celery_redislock.integration.bootstep import EX_CONFIG
 
 from .conftest import WorkerProcess
 

@@ -20,7 +20,7 @@ from celery import Celery
 
 import celery_redislock  # noqa: F401  (registers the inspect command in this client)
 from celery_redislock import DuplicateTaskError
-from celery_redislock.stats import COUNTER_NAMES
+from celery_redislock.ops.stats import COUNTER_NAMES
 
 from .conftest import WorkerProcess, open_gate, poll, stats_of, wait_started, worker_module
 

@@ -8,7 +8,7 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from ...urls import make_client  # the package's own URL handling, as the runtime uses
+from ...config.urls import make_client
 
 __all__ = ["RoundTrips", "counting_client", "counting_cluster_client"]
 

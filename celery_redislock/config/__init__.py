@@ -1,0 +1,1 @@
+"""Configuration: the option schema and its resolution, app settings, Redis URLs."""

@@ -1,0 +1,179 @@
+"""Keywords a task sets that are not options: Celery's own pass, a misspelt option or one of
+celery-once's or celery-singleton's is refused at registration with what to write instead."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from celery import Task
+
+from ..errors import OptionError
+from .options import OPTION_NAMES, _show, _unknown, source_task
+
+__all__ = [
+    "CELERY_TASK_KEYWORDS",
+    "CLOSE_TO_OPTION",
+    "PEER_OPTIONS",
+    "check_keywords",
+    "check_task_keywords",
+    "user_keywords",
+]
+
+#: How close (difflib ratio) a task keyword must be to an option name to be taken for a misspelt
+#: option: typos and plurals score above it (lock_timout 0.96, on_duplicates 0.96, concurrency
+#: 0.85); Celery's own keywords (retry_backoff 0.57, routing_key 0.53) and names that merely
+#: share a word (timeout 0.74, lock_name 0.75) below it.
+CLOSE_TO_OPTION = 0.8
+
+
+def _arg(value: Any) -> str:
+    """A value as the keyword argument a user would write: lists as lists."""
+    return _show(list(value) if isinstance(value, tuple) else value)
+
+
+def _from_once(once: Any) -> str:
+    """celery-once's ``once={'keys': [...], 'timeout': N, 'graceful': bool, ...}``: it locks at
+    send and, unless graceful, raises AlreadyQueued there."""
+    if not isinstance(once, Mapping):
+        return 'lock_key=[<argument names>], lock_on="enqueue", on_duplicate="raise"'
+    words = []
+    keys = once.get("keys")
+    if keys is not None:  # celery-once locks on every argument without 'keys'
+        words.append(f"lock_key={_arg(keys)}")
+    words.append('lock_on="enqueue"')
+    words.append('on_duplicate="skip"' if once.get("graceful") else 'on_duplicate="raise"')
+    if once.get("timeout") is not None:
+        words.append(f"queued_timeout={_arg(once['timeout'])}")
+    text = ", ".join(words)
+    if once.get("unlock_before_run"):
+        text += " (unlock_before_run has no equivalent: the lock is held until the run ends)"
+    elif once.get("timeout") is not None:
+        text += " (queued_timeout bounds the wait in the queue; the lock of a running task is renewed)"
+    return text
+
+
+def _from_unique_on(unique_on: Any) -> str:
+    """celery-singleton's ``unique_on``: a list (or one name) of arguments; empty or None is
+    every argument there. celery-singleton locks at send."""
+    names = [unique_on] if isinstance(unique_on, str) else unique_on
+    if not names:
+        return 'lock_on="enqueue" and leave lock_key unset (an empty unique_on locks on every argument)'
+    return f'lock_key={_arg(names)}, lock_on="enqueue"'
+
+
+def _from_lock_expiry(expiry: Any) -> str:
+    return (
+        f"lock_timeout={_arg(expiry)} (renewed while the task runs, so it only bounds how long a "
+        'crashed worker\'s lock outlives it; with lock_on="enqueue", queued_timeout bounds the wait '
+        "in the queue)"
+    )
+
+
+def _from_raise_on_duplicate(raise_on_duplicate: Any) -> str:
+    if raise_on_duplicate:
+        return 'on_duplicate="raise", lock_on="enqueue" (DuplicateTaskError raised at send)'
+    return (
+        'lock_on="enqueue" and leave on_duplicate unset '
+        "(a duplicate send then returns the holder's AsyncResult)"
+    )
+
+
+#: Task options of celery-once and celery-singleton, which SingletonTask does not read, and what
+#: to write instead (given the value the task gave).
+PEER_OPTIONS: dict[str, tuple[str, Callable[[Any], str]]] = {
+    "once": ("celery-once", _from_once),
+    "unique_on": ("celery-singleton", _from_unique_on),
+    "lock_expiry": ("celery-singleton", _from_lock_expiry),
+    "raise_on_duplicate": ("celery-singleton", _from_raise_on_duplicate),
+}
+
+
+def check_task_keywords(keywords: Mapping[str, Any], source: str) -> None:
+    """Refuse the keywords of a task (``@app.task(base=SingletonTask, ...)`` or class attributes)
+    that look meant for this package but are not its options: an option of celery-once or
+    celery-singleton, or a name within ``CLOSE_TO_OPTION`` of an option's. Any other name is
+    the user's own attribute and is left alone.
+
+    ``keywords`` are the names the task set that Celery does not know (the glue filters out
+    Celery's); options themselves are skipped here, ``validate`` checks their values.
+    Raises ``OptionError`` naming ``source``, the keyword and what to write instead.
+    """
+    for name, value in keywords.items():
+        if name in OPTION_NAMES:
+            continue
+        peer = PEER_OPTIONS.get(name)
+        if peer is not None:
+            package, replacement = peer
+            raise OptionError(
+                name,
+                source,
+                f"is a {package} option, which SingletonTask ignores; write {replacement(value)}",
+            )
+        if difflib.get_close_matches(name, OPTION_NAMES, n=1, cutoff=CLOSE_TO_OPTION):
+            raise OptionError(name, source, _unknown(name))
+
+
+#: Keywords ``@app.task`` takes that are not attributes of ``celery.Task``: the autoretry ones
+#: (celery/app/autoretry.py) and the deprecated routing attributes (Task.bind warns of them).
+CELERY_TASK_KEYWORDS = frozenset(
+    {
+        "autoretry_for",
+        "dont_autoretry_for",
+        "retry_kwargs",
+        "retry_backoff",
+        "retry_backoff_max",
+        "retry_jitter",
+        "queue",
+        "exchange",
+        "exchange_type",
+        "routing_key",
+        "delivery_mode",
+        "store_eager_result",
+    }
+)
+
+# dir(), not hasattr(): Task.app is a class property that would bind celery.Task to an app.
+_CELERY_NAMES = frozenset(dir(Task)) | CELERY_TASK_KEYWORDS
+
+
+def _is_code(value: Any) -> bool:
+    """A method, property or nested class of a task subclass: its own code, not a setting."""
+    return inspect.isroutine(value) or inspect.isdatadescriptor(value) or isinstance(value, type)
+
+
+def user_keywords(task_class: type, base: type) -> dict[str, Any]:
+    """The names a task set on itself that neither Celery nor this package define: the
+    decorator's keywords (``_task_from_fun`` puts them in the class it makes, marked
+    ``_decorated``) and the plain class attributes of the subclasses of ``base`` it derives from.
+
+    Skipped: private names, ``celery.Task`` attributes and ``CELERY_TASK_KEYWORDS``, options,
+    and in a hand-written subclass its methods, properties and nested classes. A decorator
+    keyword is checked whatever its value: the user wrote it as a setting.
+    """
+    found: dict[str, Any] = {}
+    for klass in task_class.__mro__:
+        if klass is base or not issubclass(klass, base):
+            continue  # base itself, its parents and mixins: not the task's own settings
+        own = vars(klass)
+        decorated = own.get("_decorated", False)
+        # Options a subclass translates into native ones itself (the compat bases' peer options).
+        consumed: frozenset[str] = getattr(task_class, "redislock_consumed_options", frozenset())
+        for name, value in own.items():
+            if name.startswith("_") or name in found or name in OPTION_NAMES or name in consumed:
+                continue
+            if name in _CELERY_NAMES:
+                continue
+            if not decorated and _is_code(value):
+                continue
+            found[name] = value
+    return found
+
+
+def check_keywords(task_class: type, base: type) -> None:
+    """Refuse, naming the task, a keyword meant as an option that is not one (a typo, or an
+    option of celery-once or celery-singleton); see ``check_task_keywords``."""
+    name = getattr(task_class, "name", None) or task_class.__name__
+    check_task_keywords(user_keywords(task_class, base), source_task(name))

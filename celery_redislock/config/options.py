@@ -1,0 +1,423 @@
+"""Lock options: the schema and its defaults, validation of one layer, resolution task > queue > app."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import math
+import numbers
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal, Optional, Union, get_args
+
+from ..engine.keys import LockKeyFunc
+from ..errors import OptionError, short_repr
+from .mode_rules import mode_clash
+
+__all__ = [
+    "OPTION_NAMES",
+    "LockKey",
+    "LockKeyFunc",
+    "LockOn",
+    "LockOptions",
+    "LockUntil",
+    "OnDuplicate",
+    "OnRedisError",
+    "check_argument",
+    "resolve",
+    "source_queue",
+    "source_task",
+    "validate",
+]
+
+OnDuplicate = Literal["skip", "retry", "raise", "wait"]
+LockOn = Literal["execute", "enqueue"]
+#: How long a lock taken at enqueue lasts: until the task finished, or until a worker starts it.
+LockUntil = Literal["finished", "started"]
+OnRedisError = Literal["retry", "run", "fail"]
+LockKey = Optional[Union[tuple[str, ...], LockKeyFunc]]
+
+
+def _ms(seconds: float, minimum: int = 1) -> int:
+    # Redis TTLs are whole milliseconds and PX 0 is an error, hence the floor.
+    return max(minimum, round(seconds * 1000))
+
+
+@dataclass(frozen=True)
+class LockOptions:
+    """The options of one task consumed from one queue; defaults are SPEC section 2.
+
+    Constructing one validates it (source ``LockOptions``), so an instance is always usable.
+    """
+
+    lock_timeout: float = 30.0
+    renew_interval: float | None = None
+    lock_key: LockKey = None
+    on_duplicate: OnDuplicate = "skip"
+    acquire_timeout: float = 10.0
+    retry_countdown: float = 5.0
+    release_on_retry: bool = True
+    lock_on: LockOn = "execute"
+    queued_timeout: float = 3600.0
+    on_redis_error: OnRedisError = "retry"
+    max_concurrency: int = 1
+    lock_until: LockUntil = "finished"
+    throttle: float | None = None
+    keep_latest: bool = False
+    debounce: float | None = None
+    debounce_max: float | None = None
+    fencing: bool = False
+
+    def __post_init__(self) -> None:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in validate(values, "LockOptions", merged=True).items():
+            # Frozen: normalised values (list -> tuple, int -> float) go in behind the guard.
+            object.__setattr__(self, name, value)
+
+    # Cached (read on every task): a frozen dataclass still has an instance __dict__.
+    @functools.cached_property
+    def timeout_ms(self) -> int:
+        """``lock_timeout`` in whole milliseconds (at least 1)."""
+        return _ms(self.lock_timeout)
+
+    @functools.cached_property
+    def renew_interval_s(self) -> float:
+        """The effective renew interval: ``renew_interval``, or ``lock_timeout / 3``."""
+        if self.renew_interval is None:
+            return self.lock_timeout / 3
+        return self.renew_interval
+
+    @property
+    def renew_interval_ms(self) -> int:
+        """The effective renew interval in whole milliseconds (at least 1)."""
+        return _ms(self.renew_interval_s)
+
+    @property
+    def throttle_ms(self) -> int:
+        """``throttle`` in whole milliseconds (0 when not throttled)."""
+        return 0 if self.throttle is None else _ms(self.throttle)
+
+    @property
+    def debounce_ms(self) -> int:
+        """``debounce`` in whole milliseconds (0 when not debounced)."""
+        return 0 if self.debounce is None else _ms(self.debounce)
+
+    @property
+    def debounce_max_ms(self) -> int:
+        """``debounce_max`` in whole milliseconds (0: no bound)."""
+        return 0 if self.debounce_max is None else _ms(self.debounce_max)
+
+    @property
+    def queued_timeout_ms(self) -> int:
+        """``queued_timeout`` in whole milliseconds (at least 1)."""
+        return _ms(self.queued_timeout)
+
+    @property
+    def acquire_timeout_ms(self) -> int:
+        """``acquire_timeout`` in whole milliseconds (0 means do not wait)."""
+        return _ms(self.acquire_timeout, minimum=0)
+
+
+OPTION_NAMES: frozenset[str] = frozenset(f.name for f in fields(LockOptions))
+
+
+# --- validation of one layer ----------------------------------------------------------------
+
+
+class _Bad(Exception):
+    """Internal: a value is wrong; carries the problem text OptionError puts after the name."""
+
+
+_show = short_repr
+
+
+def _got(value: Any, *, wrong_type: bool) -> str:
+    if not wrong_type:
+        return f"got {_show(value)}"
+    if isinstance(value, bool):
+        return f"got {value!r} (a bool, not a number)"
+    return f"got {_show(value)} (a {type(value).__name__})"
+
+
+def _seconds(allowed: str, *, zero_ok: bool) -> Callable[[Any], float]:
+    def check(value: Any) -> float:
+        what = f"must be a number of seconds {allowed}"
+        # bool is an int subclass, but lock_timeout=True is a mistake, never a duration.
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise _Bad(f"{what}, {_got(value, wrong_type=True)}")
+        try:
+            seconds = float(value)
+        except (OverflowError, ValueError, TypeError):
+            raise _Bad(f"{what}, {_got(value, wrong_type=False)}") from None
+        if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero_ok):
+            raise _Bad(f"{what}, {_got(value, wrong_type=False)}")
+        return seconds
+
+    return check
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        allowed = ", ".join(repr(c) for c in choices)
+        if not isinstance(value, str):
+            raise _Bad(f"must be one of {allowed}, {_got(value, wrong_type=True)}")
+        if value not in choices:
+            close = difflib.get_close_matches(value.lower(), choices, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise _Bad(f"must be one of {allowed}, {_got(value, wrong_type=False)}{hint}")
+        return value
+
+    return check
+
+
+def _check_bool(value: Any) -> bool:
+    # 0/1 or "yes" would be guesses; a config that means a flag can say True or False.
+    if not isinstance(value, bool):
+        raise _Bad(f"must be True or False, {_got(value, wrong_type=True)}")
+    return value
+
+
+def _check_optional_seconds(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        return _positive_seconds(value)
+    except _Bad as bad:
+        raise _Bad(str(bad).replace("must be", "must be None or", 1)) from None
+
+
+def _check_max_concurrency(value: Any) -> int:
+    what = "must be an int >= 1"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise _Bad(f"{what}, {_got(value, wrong_type=True)}")
+    if value < 1:
+        raise _Bad(f"{what}, {_got(value, wrong_type=False)}")
+    return int(value)
+
+
+def _check_lock_key(value: Any) -> LockKey:
+    what = "must be None, a list of argument names or a callable (task, args, kwargs) -> str"
+    if value is None:
+        return None
+    if isinstance(value, str):
+        # A str is a sequence of one-letter names; almost surely ["name"] was meant.
+        got = _got(value, wrong_type=True)
+        raise _Bad(f"{what}, {got}; write [{value!r}] to lock on that argument")
+    if isinstance(value, (list, tuple)):
+        # Empty is allowed: no argument in the key, so one execution of the task at a time
+        # whatever its arguments (celery-once's ``keys: []``).
+        seen: set[str] = set()
+        for item in value:
+            if not isinstance(item, str) or not item:
+                raise _Bad(f"{what}, got {_show(value)}: {_show(item)} is not an argument name")
+            if item in seen:
+                raise _Bad(f"{what}, got {_show(value)}: {item!r} is listed twice")
+            seen.add(item)
+        return tuple(value)
+    if callable(value):
+        func: LockKeyFunc = value
+        return func
+    raise _Bad(f"{what}, {_got(value, wrong_type=True)}")
+
+
+_positive_seconds = _seconds("> 0", zero_ok=False)
+_non_negative_seconds = _seconds(">= 0", zero_ok=True)
+
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "lock_timeout": _positive_seconds,
+    "renew_interval": _check_optional_seconds,
+    "lock_key": _check_lock_key,
+    "on_duplicate": _choice(get_args(OnDuplicate)),
+    "acquire_timeout": _non_negative_seconds,
+    "retry_countdown": _non_negative_seconds,
+    "release_on_retry": _check_bool,
+    "lock_on": _choice(get_args(LockOn)),
+    "queued_timeout": _positive_seconds,
+    "on_redis_error": _choice(get_args(OnRedisError)),
+    "max_concurrency": _check_max_concurrency,
+    "lock_until": _choice(get_args(LockUntil)),
+    "throttle": _check_optional_seconds,
+    "keep_latest": _check_bool,
+    "debounce": _check_optional_seconds,
+    "debounce_max": _check_optional_seconds,
+    "fencing": _check_bool,
+}
+assert set(_CHECKS) == OPTION_NAMES, "every option of LockOptions needs a check"
+
+
+def _unknown(name: Any) -> str:
+    known = ", ".join(sorted(OPTION_NAMES))
+    close = difflib.get_close_matches(name, OPTION_NAMES, n=1) if isinstance(name, str) else []
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"is unknown{hint}; known options: {known}"
+
+
+def _num(x: float) -> str:
+    # 20 reads better than 20.0 for the value a user most likely wrote as 20.
+    return str(int(x)) if x.is_integer() else repr(x)
+
+
+def _renew_too_long(renew: float, timeout: float, renew_from: str, timeout_from: str) -> str:
+    return (
+        f"must be < lock_timeout ({_num(timeout)}{timeout_from}), got {_num(renew)}{renew_from}; "
+        f"lower it, or leave renew_interval unset to renew every lock_timeout / 3"
+    )
+
+
+def validate(options: Mapping[str, Any], source: str, *, merged: bool = False) -> dict[str, Any]:
+    """Check one layer of options and return it normalised (seconds as float, lists as tuples).
+
+    ``source`` names the layer in errors: ``source_task(...)``, ``source_queue(...)`` or
+    ``"redislock_options"``; ``merged``: the layers merged with the defaults (a
+    ``LockOptions``), where a clash only one layer can show is not looked for. Idempotent: a
+    validated layer validates to itself.
+
+    Raises ``OptionError`` for an unknown name, a wrong type, an out-of-range value, or a
+    ``renew_interval`` not below the ``lock_timeout`` set in the same layer.
+    """
+    result: dict[str, Any] = {}
+    for name, value in options.items():
+        check = _CHECKS.get(name) if isinstance(name, str) else None
+        if check is None:
+            raise OptionError(str(name), source, _unknown(name))
+        try:
+            result[name] = check(value)
+        except _Bad as bad:
+            raise OptionError(name, source, str(bad)) from None
+    renew, timeout = result.get("renew_interval"), result.get("lock_timeout")
+    if renew is not None and timeout is not None and renew >= timeout:
+        problem = _renew_too_long(renew, timeout, "", " set in the same place")
+        raise OptionError("renew_interval", source, problem)
+    clash = _clash(result, merged=merged)
+    if clash is not None:
+        raise OptionError(clash[0], source, clash[1] + " set in the same place")
+    return result
+
+
+def _clash(options: Mapping[str, Any], *, merged: bool = False) -> tuple[str, str, str] | None:
+    """``(option, problem, other option)`` for two options that cannot go together, else None;
+    ``merged``: ``options`` are the layers merged, not one layer.
+
+    A semaphore (``max_concurrency`` > 1) is taken by each execution for itself: it is not
+    taken at enqueue, nor handed over to a retry. ``lock_until="started"`` releases a lock
+    taken at enqueue, so it needs ``lock_on="enqueue"`` (an unset ``lock_on`` is the default,
+    ``"execute"``, once the layers are merged; within one layer only an explicit one clashes).
+    """
+    limit = options.get("max_concurrency") or 1
+    if limit > 1 and options.get("lock_on") == "enqueue":
+        problem = f"'enqueue' cannot be used with max_concurrency={limit} (use 'execute')"
+        return "lock_on", problem, "max_concurrency"
+    if limit > 1 and options.get("release_on_retry") is False:
+        problem = f"False cannot be used with max_concurrency={limit} (use True)"
+        return "release_on_retry", problem, "max_concurrency"
+    fencing = _fencing_clash(options, limit)
+    if fencing is not None:
+        return fencing
+    lock_on = options.get("lock_on")
+    if options.get("lock_until") == "started" and lock_on is not None and lock_on != "enqueue":
+        problem = (
+            f"'started' cannot be used with lock_on={lock_on!r} (use lock_on='enqueue': only a lock "
+            f"taken at enqueue can be released when the task starts)"
+        )
+        return "lock_until", problem, "lock_on"
+    return mode_clash(options, limit, merged=merged)
+
+
+def _fencing_clash(options: Mapping[str, Any], limit: int) -> tuple[str, str, str] | None:
+    """A fencing token orders the holders of one lock: a semaphore's slots are held side by
+    side, and ``lock_until="started"`` runs the body unlocked, so neither has one."""
+    if options.get("fencing") is not True:
+        return None
+    if limit > 1:
+        return "fencing", f"True cannot be used with max_concurrency={limit} (use 1)", "max_concurrency"
+    if options.get("lock_until") == "started":
+        problem = "True cannot be used with lock_until='started' (the body runs unlocked)"
+        return "fencing", problem, "lock_until"
+    return None
+
+
+#: Checks of the arguments of ``RedisLock`` and ``RedisSemaphore``, by kind.
+_ARGUMENT_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "seconds": _positive_seconds,
+    "seconds or 0": _non_negative_seconds,
+    "count": _check_max_concurrency,
+    "flag": _check_bool,
+}
+
+
+def check_argument(kind: str, name: str, value: Any, source: str) -> Any:
+    """Check a constructor argument of kind ``"seconds"`` (> 0), ``"seconds or 0"``,
+    ``"count"`` (an int >= 1) or ``"flag"``; returns it normalised, or raises OptionError
+    naming ``name`` and ``source`` (``RedisLock('jobs')``)."""
+    try:
+        return _ARGUMENT_CHECKS[kind](value)
+    except _Bad as bad:
+        raise OptionError(name, source, str(bad)) from None
+
+
+# --- resolution across layers ---------------------------------------------------------------
+
+
+def source_task(name: str) -> str:
+    """How errors name options given on a task: ``task 'proj.add'``."""
+    return f"task {name!r}"
+
+
+def source_queue(name: str) -> str:
+    """How errors name options of a queue: ``redislock_queues['reports']``."""
+    return f"redislock_queues[{name!r}]"
+
+
+def resolve(
+    task: Mapping[str, Any],
+    queue: Mapping[str, Any],
+    app: Mapping[str, Any],
+    *,
+    task_source: str,
+    queue_source: str,
+    app_source: str = "redislock_options",
+) -> LockOptions:
+    """Merge the layers, most specific first: task > queue > app > built-in defaults.
+
+    A value of None in a layer means "not set here" (Celery's convention for task
+    attributes), so it falls through to the next layer; the defaults of ``renew_interval``
+    and ``lock_key`` are None anyway. Each layer is validated with its source, then the
+    merged ``renew_interval`` is checked against the merged ``lock_timeout``.
+    """
+    layers = [
+        (validate(task, task_source), task_source),
+        (validate(queue, queue_source), queue_source),
+        (validate(app, app_source), app_source),
+    ]
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for values, source in reversed(layers):  # least specific first, so later ones win
+        for name, value in values.items():
+            if value is not None:
+                merged[name] = value
+                origin[name] = source
+    renew = merged.get("renew_interval")
+    timeout = merged.get("lock_timeout", LockOptions.lock_timeout)
+    if renew is not None and renew >= timeout:
+        # Blame the most specific layer involved: that is the one the user is most likely
+        # to have just changed, and the one where a fix does not affect other tasks.
+        involved = {origin["renew_interval"], origin.get("lock_timeout")}
+        blamed = next(source for _, source in layers if source in involved)
+        problem = _renew_too_long(
+            renew,
+            timeout,
+            f" from {origin['renew_interval']}",
+            f" from {origin.get('lock_timeout', 'the default')}",
+        )
+        raise OptionError("renew_interval", blamed, problem)
+    clash = _clash({"lock_on": LockOptions.lock_on, **merged}, merged=True)
+    if clash is not None:
+        option, problem, other = clash
+        involved = {origin[option], origin.get(other)}
+        blamed = next(source for _, source in layers if source in involved)
+        raise OptionError(
+            option,
+            blamed,
+            f"{problem} (from {origin.get(other, 'the default')}; {option} from {origin[option]})",
+        )
+    return LockOptions(**merged)

@@ -1,0 +1,266 @@
+"""LockEngine: acquire, renew, transfer and release locks in Redis (one Redis, or a cluster)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+from redis.commands.core import Script
+
+from .keys import fence_key
+from .leases import REDIS_ERRORS, AcquireResult, AcquireStatus, Client, Lease, LockInfo, RenewReport, as_text
+from .scripts import (
+    ACQUIRE,
+    RELEASE,
+    RELEASE_EXACT,
+    RENEW,
+    TRANSFER,
+    BatchRenewal,
+    PooledCalls,
+    chunks,
+    flatten,
+    pipelined_scripts,
+    renew_report,
+    ttl_arg,
+)
+
+__all__ = ["FENCE_KEEP_MS", "ClusterLockEngine", "LockEngine", "make_engine"]
+
+#: How long a key's fence counter outlives its last fenced acquisition (at least twice that
+#: lock's TTL): 7 days. Should it expire (or Redis restart without it), the next token is
+#: seeded from the server's clock in microseconds, still above every token issued before.
+FENCE_KEEP_MS = 7 * 24 * 3600 * 1000
+
+
+class LockEngine(BatchRenewal):
+    """The Redis side of a lock: every operation is one script call, so one round trip.
+
+    The engine owns no state about who holds what: holders are ids chosen by the caller,
+    compared server-side, so any thread or process can renew or release a lock it knows the
+    holder id of.
+    """
+
+    def __init__(self, client: Client, *, hold_connection: bool = False) -> None:
+        self.client = client
+        self._acquire = client.register_script(ACQUIRE)
+        self._release = client.register_script(RELEASE)
+        self._release_exact = client.register_script(RELEASE_EXACT)
+        self._renew = client.register_script(RENEW)
+        self._transfer = client.register_script(TRANSFER)
+        # hold_connection: the client is the package's own (PooledCalls says why).
+        self._calls = PooledCalls.for_client(client, hold=hold_connection)
+
+    def acquire(
+        self,
+        key: str,
+        holder: str,
+        ttl_ms: int,
+        handover: str | None = None,
+        takeover_suffix: str | None = None,
+        *,
+        expect_free: bool = True,
+        fencing: bool = False,
+    ) -> AcquireResult:
+        """Take ``key`` for ``holder``, re-enter it if ``holder`` has it, or take it over from
+        ``handover`` (an id a previous holder left for this one) or from any holder id ending
+        with ``takeover_suffix``; else report the holder.
+
+        The key is usually free: then a plain ``SET NX PX`` takes it, the script's own first
+        step, without the cost of a script call. Only when that finds the key held does the
+        acquire script run (re-entry, take-over, or reporting the holder): a second round
+        trip, on the contended path only. ``expect_free=False`` skips the ``SET`` where the
+        caller knows the key is most likely held (a task locked at enqueue, to take over).
+
+        ``fencing=True``: the script issues a fencing token with the lock (``result.token``,
+        greater than any issued for ``key`` before) from the counter ``keys.fence_key(key)``,
+        in the same round trip; no ``SET NX`` then, which could not issue one.
+        """
+        ttl = ttl_arg(ttl_ms)
+        args = (holder, ttl, handover or "", takeover_suffix or "")
+        if fencing:
+            keep = str(max(FENCE_KEEP_MS, 2 * int(ttl)))
+            reply = self._script(self._acquire, [key, fence_key(key)], *args, keep)
+        elif expect_free and self.take(key, holder, ttl_ms):
+            return AcquireResult(AcquireStatus.TAKEN, holder)
+        else:
+            reply = self._script(self._acquire, key, *args)
+        if isinstance(reply, int):
+            return AcquireResult(AcquireStatus(reply), holder)
+        if isinstance(reply, list):  # fenced: [code, token, seconds, microseconds]
+            code, token, seconds, micros = (int(part) for part in reply)
+            return AcquireResult(AcquireStatus(code), holder, token, seconds + micros / 1e6)
+        return AcquireResult(None, as_text(reply))
+
+    def take(self, key: str, holder: str, ttl_ms: int) -> bool:
+        """Take a free ``key`` for ``holder`` (``SET NX PX``): True when taken; False when
+        it is held, by anyone (``acquire`` then tells re-entry and take-over apart)."""
+        ttl = ttl_arg(ttl_ms)
+        calls = self._calls
+        if calls is not None:
+            return calls.execute("SET", key, holder, "NX", "PX", ttl) is not None
+        return bool(self.client.set(key, holder, nx=True, px=int(ttl)))
+
+    def release(self, key: str, holder: str, *, notify: str | None = None) -> bool:
+        """Delete ``key`` if ``holder`` still has it; PUBLISH the key on ``notify`` if given.
+
+        Returns False when the lock had expired or another holder has it (nothing deleted).
+        """
+        if notify is None:  # the usual case: the shorter script, cheaper on the server
+            calls = self._calls
+            if calls is not None:  # a task's release: the server's conditional delete, or the script
+                return bool(calls.release_exact(self._release_exact, key, holder) == 1)
+            return bool(self._release_exact(keys=[key], args=[holder]) == 1)
+        return bool(self._script(self._release, key, holder, "0", notify) == 1)
+
+    def release_holder_prefix(self, key: str, prefix: str, *, notify: str | None = None) -> bool:
+        """Delete ``key`` if its holder id starts with ``prefix``: how a parent process frees
+        the lock of a child that died, knowing its task id and pid but not its full holder id."""
+        return bool(self._script(self._release, key, prefix, "1", notify or "") == 1)
+
+    def transfer(self, key: str, holder: str, to: str, ttl_ms: int) -> bool:
+        """Make ``to`` the holder of ``key`` (TTL ``ttl_ms``) if ``holder`` still has it: how
+        an execution hands its lock to the next run of its task id."""
+        return bool(self._script(self._transfer, key, holder, to, ttl_arg(ttl_ms)) == 1)
+
+    def _script(self, script: Script, key: str | list[str], *args: str) -> Any:
+        """One call of ``script`` on ``key`` (or keys of one slot), through ``PooledCalls``
+        where the client allows it."""
+        keys = [key] if isinstance(key, str) else key
+        if self._calls is not None:
+            return self._calls.script(script, keys, args)
+        return script(keys=keys, args=args)
+
+    def holder_of(self, key: str) -> str | None:
+        """The id holding ``key`` now, or None: for diagnostics, never for a decision."""
+        value = self.client.get(key)
+        return None if value is None else as_text(value)
+
+    def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
+        calls = []
+        for chunk in chunks(batch):
+            args: list[str] = []
+            for lease in chunk:
+                args += (lease.holder, ttl_arg(lease.ttl_ms))
+            calls.append(([lease.key for lease in chunk], args))
+        assert isinstance(self.client, redis.Redis)  # a cluster's engine overrides this
+        return renew_report(batch, flatten(pipelined_scripts(self.client, self._renew, calls)))
+
+    # -- many keys at once: listing and purging (the CLI) ------------------------------------
+
+    def scan(self, match: str, count: int) -> Iterator[bytes | str]:
+        """Every key matching the glob ``match``, SCAN ``count`` at a time (never KEYS, which
+        blocks Redis); a key may come twice, as SCAN promises no more."""
+        yield from self.client.scan_iter(match=match, count=count)
+
+    def inspect(self, keys: Sequence[bytes | str]) -> list[LockInfo]:
+        """Holder id and PTTL of each key, in one pipeline (one round trip per Redis node)."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.get(key)
+            pipe.pttl(key)
+        replies = pipe.execute(raise_on_error=False)
+        found = []
+        for key, value, pttl in zip(keys, replies[::2], replies[1::2]):
+            # A value that is not a string (WRONGTYPE) or a key gone since (None, PTTL -2): no lock.
+            holder = as_text(value) if isinstance(value, (bytes, str)) and pttl != -2 else None
+            found.append(LockInfo(as_text(key), holder, pttl if isinstance(pttl, int) else -2))
+        return found
+
+    def delete_many(
+        self, keys: Sequence[bytes | str], notify: Callable[[str], str] | None = None
+    ) -> list[bool]:
+        """UNLINK each key whoever holds it, and PUBLISH it on ``notify(key)`` as a release
+        does, for waiters; one pipeline (one round trip per node). Returns which were deleted."""
+        return _delete_many(self.client, keys, notify)
+
+
+class ClusterLockEngine(LockEngine):
+    """A LockEngine on a Redis Cluster. A lock is one key, so one slot: acquire, release and
+    transfer go to the key's node as they are. The batched renewal cannot name keys of many
+    slots as KEYS (Redis answers CROSSSLOT), so it groups the leases by node and sends each
+    node one script call with its keys in ARGV, to that node (``target_nodes``)."""
+
+    client: RedisCluster
+
+    def renew_many(self, leases: Iterable[Lease]) -> RenewReport:
+        report = RenewReport()
+        failed: list[Lease] = []
+        error: Exception | None = None
+        for batch in self._partition(leases):
+            try:
+                report.merge(self._renew_batch(batch))
+            except REDIS_ERRORS as exc:  # this node only: the others are still renewed
+                failed += batch
+                error = exc
+        if error is not None:
+            # A failover or a resharding moved slots: learn the slot map again, retry once.
+            self.client.nodes_manager.initialize()
+            for batch in self._partition(failed):
+                report.merge(self._renew_batch(batch))
+        return report
+
+    def _partition(self, leases: Iterable[Lease]) -> Iterator[Sequence[Lease]]:
+        by_node: dict[str, list[Lease]] = {}
+        for lease in leases:
+            by_node.setdefault(self._node_of(lease.key).name, []).append(lease)
+        yield from by_node.values()
+
+    def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
+        # The node's own client: a cluster pipeline refuses EVALSHA, a node's does not.
+        node_client = self.client.get_redis_connection(self._node_of(batch[0].key))
+        calls = []
+        for chunk in chunks(batch):
+            args: list[str] = []
+            for lease in chunk:
+                args += (lease.key, lease.holder, ttl_arg(lease.ttl_ms))
+            calls.append(((), args))
+        return renew_report(batch, flatten(pipelined_scripts(node_client, self._renew, calls)))
+
+    def _node_of(self, key: str) -> Any:
+        """The primary serving ``key``'s slot, as the client's slot map says."""
+        return self.client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+
+    def scan(self, match: str, count: int) -> Iterator[bytes | str]:
+        # SCAN walks one node's keyspace: walk every primary's.
+        for node in self.client.get_primaries():  # type: ignore[no-untyped-call]
+            yield from self.client.scan_iter(match=match, count=count, target_nodes=node)
+
+    def delete_many(
+        self, keys: Sequence[bytes | str], notify: Callable[[str], str] | None = None
+    ) -> list[bool]:
+        # A cluster pipeline refuses PUBLISH: send each node's keys through that node's own
+        # client instead (PUBLISH reaches subscribers on every node), one pipeline per node.
+        by_node: dict[str, tuple[Any, list[int]]] = {}
+        for index, key in enumerate(keys):
+            node = self._node_of(as_text(key))
+            by_node.setdefault(node.name, (node, []))[1].append(index)
+        deleted = [False] * len(keys)
+        for node, indexes in by_node.values():
+            node_client = self.client.get_redis_connection(node)
+            for index, gone in zip(indexes, _delete_many(node_client, [keys[i] for i in indexes], notify)):
+                deleted[index] = gone
+        return deleted
+
+
+def _delete_many(
+    client: Client, keys: Sequence[bytes | str], notify: Callable[[str], str] | None
+) -> list[bool]:
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.unlink(key)
+        if notify is not None:
+            pipe.publish(notify(as_text(key)), key)
+    replies = pipe.execute()
+    step = 1 if notify is None else 2
+    return [bool(deleted) for deleted in replies[::step]]
+
+
+def make_engine(client: Client, *, hold_connection: bool = False) -> LockEngine:
+    """The engine for ``client``: a ClusterLockEngine for a RedisCluster. ``hold_connection``:
+    a task's calls keep one connection of the client's pool (only for a client of the package's
+    own, see ``PooledCalls``)."""
+    if isinstance(client, RedisCluster):
+        return ClusterLockEngine(client)
+    return LockEngine(client, hold_connection=hold_connection)

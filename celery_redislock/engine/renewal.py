@@ -1,0 +1,231 @@
+"""The per-process renewal timer: one thread renews every lock the process holds, one batch per Redis."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Callable, Literal, Optional
+
+from .counting import count
+from .leases import REDIS_ERRORS, Lease, LeaseEngine, RenewReport
+
+__all__ = ["LeaseEvent", "LeaseListener", "Renewer", "add_listener", "get_renewer"]
+
+logger = logging.getLogger(__name__)
+
+#: What a renewal found of a held lease: ``"lost"`` (someone else holds it now: no longer
+#: renewed) or ``"retaken"`` (it was gone and free: taken back).
+LeaseEvent = Literal["lost", "retaken"]
+#: Told, in the renewal thread, of each lease lost or re-taken: ``(event, lease, the holder
+#: id it is held by now, or None)``. How the Celery glue (which this module must not import)
+#: sends its signals and marks the request's lock lost.
+LeaseListener = Callable[[LeaseEvent, Lease, Optional[str]], None]
+
+_listeners: list[LeaseListener] = []
+
+
+def add_listener(listener: LeaseListener) -> None:
+    """Tell ``listener`` of every lease lost or re-taken in this process (and its children)."""
+    if listener not in _listeners:
+        _listeners.append(listener)
+
+
+def _tell(event: LeaseEvent, lease: Lease, other: str | None) -> None:
+    for listener in list(_listeners):
+        try:
+            listener(event, lease, other)
+        except Exception:  # a listener's bug must not stop the renewal of every other lock
+            logger.exception("A lease listener failed on %s lock %s", event, lease.key)
+
+
+class Renewer:
+    """Keeps held leases alive: every ``interval`` (the shortest asked for by a held lease)
+    it renews all of them, one ``renew_many`` call per engine, so one round trip per Redis.
+
+    The thread starts on the first ``add`` (so every pool, and every forked child, gets one
+    without relying on worker signals) and stops on ``stop()``.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        # Guards _held and _renewing. Held only for dict operations: never across a network call.
+        self._mutex = threading.Lock()
+        # Held for a whole renewal cycle: a discard() that finds a cycle in flight waits for it,
+        # so a lease released just after discard() can never be re-taken by that cycle.
+        self._cycle = threading.Lock()
+        # Whether a cycle has taken its batch and not finished (set and read under _mutex).
+        self._renewing = False
+        # Every held lease, and the interval it asked for, by (engine, key, holder): one flat
+        # dict, so a pool child's add and discard of its one lock a task are one dict operation
+        # each. The shortest interval is found by the thread, once a cycle (a cycle walks every
+        # lease anyway), not kept up to date on each add.
+        self._held: dict[tuple[LeaseEngine, str, str], tuple[Lease, float]] = {}
+        # The interval the thread waits for now, or will once woken (None: not started). A lease
+        # asking for no shorter one need not wake it: a worker's every task would cost a thread
+        # switch.
+        self._waiting: float | None = None
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        #: True once stop() was called (a plain attribute: get_renewer reads it every task).
+        self.stopped = False
+        self._thread: threading.Thread | None = None
+
+    # -- what is held ---------------------------------------------------------------------
+
+    def add(self, engine: LeaseEngine, lease: Lease, interval: float) -> None:
+        """Renew ``lease`` every ``interval`` seconds (or more often) until discarded."""
+        entry = (engine, lease.key, lease.holder)
+        with self._mutex:
+            waiting = self._waiting
+            wake = waiting is None or interval < waiting
+            if wake:
+                # Noted now, not when the thread wakes: a worker's task has usually released
+                # its lease by then, and a thread that found nothing held would wait on no
+                # interval, so the next task would wake it again (a thread switch per task).
+                self._waiting = interval
+            self._held[entry] = (lease, interval)
+            started = self._thread is not None
+        if wake:
+            self._wake.set()  # the thread waits for a longer interval: make it re-read
+        if not started:
+            self._start()
+
+    def discard(self, engine: LeaseEngine, lease: Lease) -> bool:
+        """Stop renewing ``lease``; returns False if it was not held. Waits for a renewal
+        cycle in flight, so call it before releasing the lock in Redis."""
+        with self._mutex:
+            found = self._held.pop((engine, lease.key, lease.holder), None) is not None
+            renewing = self._renewing
+        if renewing:  # the cycle in flight may have it in its batch: let it end first
+            with self._cycle:
+                pass
+        return found
+
+    def held(self) -> list[tuple[LeaseEngine, Lease]]:
+        with self._mutex:
+            return [(entry[0], lease) for entry, (lease, _) in self._held.items()]
+
+    def interval(self) -> float | None:
+        """The current renewal interval in seconds; None when nothing is held."""
+        with self._mutex:
+            return self._interval_locked()
+
+    def _interval_locked(self) -> float | None:
+        return min((interval for _, interval in self._held.values()), default=None)
+
+    # -- renewal --------------------------------------------------------------------------
+
+    def renew_now(self) -> RenewReport:
+        """Run one renewal cycle: every held lease, one round trip per engine."""
+        report = RenewReport()
+        with self._cycle:
+            batches: dict[LeaseEngine, list[Lease]] = {}
+            with self._mutex:
+                self._renewing = True
+                for (engine, _, _), (lease, _) in self._held.items():
+                    batches.setdefault(engine, []).append(lease)
+            try:
+                for engine, leases in batches.items():
+                    try:
+                        outcome = engine.renew_many(leases)
+                    except REDIS_ERRORS as exc:
+                        count("redis_errors")
+                        logger.warning(
+                            "Could not renew %d lock(s): %r; the next cycle tries again", len(leases), exc
+                        )
+                        continue
+                    self._report(engine, outcome)
+                    report.merge(outcome)
+            finally:
+                with self._mutex:
+                    self._renewing = False
+        return report
+
+    def _report(self, engine: LeaseEngine, outcome: RenewReport) -> None:
+        for lease in outcome.retaken:
+            count("retaken")
+            logger.error(
+                "Lock %s was gone (expired, or Redis lost it) while %s held it: taken back",
+                lease.key,
+                lease.holder,
+            )
+            _tell("retaken", lease, None)
+        for lease, other in outcome.stolen:
+            count("lost")
+            logger.error("Lost lock %s held by %s: it is now held by %s", lease.key, lease.holder, other)
+            with self._mutex:  # someone else's now: stop renewing it
+                self._held.pop((engine, lease.key, lease.holder), None)
+            _tell("lost", lease, other or None)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            with self._mutex:
+                # With nothing held, keep the last interval (add() notes it): the next lease
+                # (a worker's next task) most likely asks for the same, and then add() leaves
+                # this thread be.
+                interval = self._waiting = self._interval_locked() or self._waiting
+            # Woken early by add() when a shorter interval arrives, or by stop().
+            if self._wake.wait(interval) or self._stopping.is_set():
+                continue
+            self.renew_now()
+
+    def _start(self) -> None:
+        with self._mutex:
+            if self._thread is not None:
+                return
+            # A daemon, so a process that never calls stop() can still exit; the worker's
+            # shutdown handlers and atexit stop it explicitly.
+            self._thread = threading.Thread(target=self._run, name="redislock-renewal", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread (held leases stay in Redis until released or expired)."""
+        self.stopped = True
+        self._stopping.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def release_all(self) -> int:
+        """Release every held lease (shutdown); returns how many were still ours in Redis."""
+        released = 0
+        for engine, lease in self.held():
+            self.discard(engine, lease)
+            try:
+                released += engine.release(lease.key, lease.holder)
+            except REDIS_ERRORS as exc:
+                count("redis_errors")
+                logger.warning(
+                    "Could not release lock %s at shutdown: %r; it expires on its TTL", lease.key, exc
+                )
+        return released
+
+
+_renewer: Renewer | None = None
+_renewer_lock = threading.Lock()
+
+
+def get_renewer() -> Renewer:
+    """This process's renewer; a forked child gets its own (the parent's thread is not in it:
+    the fork hook below forgets the parent's)."""
+    global _renewer
+    renewer = _renewer
+    if renewer is not None and not renewer.stopped:
+        return renewer
+    with _renewer_lock:
+        if _renewer is None or _renewer.stopped:
+            _renewer = Renewer()
+        return _renewer
+
+
+def _reset_after_fork() -> None:
+    global _renewer, _renewer_lock
+    # The parent's locks may have been held by another thread at fork time.
+    _renewer = None
+    _renewer_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)

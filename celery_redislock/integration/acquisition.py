@@ -1,0 +1,333 @@
+"""One execution's lock: take it (or one of its key's slots), take over a dead delivery of the
+same message, wait for it; hold it under renewal; release it or hand it to the next run.
+
+The decision only: what a task does when it is refused, or when Redis is unreachable (a
+``redis.RedisError`` raised from here), is the outcome policies' business (``outcomes.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Union
+
+from ..config.options import LockOptions
+from ..engine import (
+    AcquireResult,
+    AcquireStatus,
+    Lease,
+    LeaseEngine,
+    SemaphoreEngine,
+    SemaphoreLease,
+    SlotResult,
+)
+from ..engine.counting import count
+from ..engine.holders import (
+    QUEUED_SUFFIX,
+    any_delivery_prefix,
+    handover_id,
+    holder_id,
+    local_pid,
+    process_alive,
+    queued_id,
+    task_id_of,
+)
+from ..engine.leases import REDIS_ERRORS
+from ..engine.redis_semaphore import take_slot
+from ..engine.renewal import Renewer, get_renewer
+from ..engine.waiting import wait_for
+from ..modes.throttle import end_throttle
+from .request_lock import RedisLockInfo, unwatch, watch
+from .runtime import Runtime
+
+__all__ = [
+    "WAIT_FALLBACK_POLL",
+    "Execution",
+    "Holding",
+    "Outcome",
+    "Refused",
+    "acquire",
+    "freed_dead_delivery",
+    "hold",
+    "release_queued",
+]
+
+logger = logging.getLogger(__name__)
+
+# The "wait" strategy re-tries at least this often even without a release notice, in case the
+# holder died and its lock expired (an expiry publishes nothing).
+WAIT_FALLBACK_POLL = 1.0
+
+
+class Execution:
+    """Who asks for a key: one delivery of the message ``task_id`` (of task ``task_name``) on
+    worker node ``hostname``, with the task's resolved options; ``holder``, its holder id, is
+    drawn as it is made.
+
+    A plain class with slots, not a frozen dataclass: one is made per task, and a frozen
+    dataclass's ``__init__`` costs four times as much (it sets each field through
+    ``object.__setattr__``). Nothing changes its fields once made."""
+
+    __slots__ = ("holder", "hostname", "key", "options", "runtime", "task_id", "task_name")
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        options: LockOptions,
+        key: str,
+        task_name: str,
+        task_id: str,
+        hostname: str | None,
+    ) -> None:
+        self.runtime = runtime
+        self.options = options
+        self.key = key
+        self.task_name = task_name
+        self.task_id = task_id
+        self.hostname = hostname
+        self.holder = holder_id(task_id, hostname)
+
+    def held_by_dead_delivery(self, holder: str) -> bool:
+        """True when ``holder`` is this task id, taken by a process of this very worker instance
+        (so its pid is one this process can see) that is gone. A holder of another instance with
+        the same node name (another host or container) is never judged by its pid."""
+        pid = local_pid(holder, self.task_id, self.hostname)
+        return pid is not None and not process_alive(pid)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The key is held by ``holder``: another call (a duplicate), or another delivery of this
+    very message (``redelivered``: re-queued to look again, never run beside it)."""
+
+    holder: str
+    redelivered: bool
+
+
+class Holding:
+    """What one execution holds, under renewal: its lock, or one of its key's slots.
+
+    ``engine``: the runtime's lock engine, or its semaphore engine (max_concurrency > 1);
+    ``info``: what the body sees of it (``request.redislock``); ``started``: when the run
+    started (monotonic), a throttle's window counts from there; ``renewer``: the renewal
+    timer of the process that took it (looked up once). A slots class: one is made per task.
+    """
+
+    __slots__ = ("engine", "info", "lease", "options", "renewer", "runtime", "started")
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        options: LockOptions,
+        engine: LeaseEngine,
+        lease: Lease,
+        info: RedisLockInfo,
+        renewer: Renewer,
+    ) -> None:
+        self.runtime = runtime
+        self.options = options
+        self.engine = engine
+        self.lease = lease
+        self.info = info
+        self.renewer = renewer
+        self.started = time.monotonic()
+
+    def release(self, hand_to: tuple[str, int] | None = None) -> None:
+        """Release it, or hand it (``(holder id, TTL ms)``) to the next run of this task id."""
+        engine, lease, runtime = self.engine, self.lease, self.runtime
+        self.renewer.discard(engine, lease)
+        unwatch(self.info)
+        try:
+            if hand_to is not None:  # a lock (a semaphore's slot is never handed over)
+                runtime.engine.transfer(lease.key, lease.holder, *hand_to)
+            elif self.options.throttle is not None:
+                end_throttle(self)
+            elif engine.release(lease.key, lease.holder, notify=self._notice(lease.key)):
+                count("released")
+            else:
+                logger.error(
+                    "Lock %s was no longer held by %s at release (expired or taken)", lease.key, lease.holder
+                )
+        except REDIS_ERRORS as exc:
+            count("redis_errors")
+            logger.warning(
+                "Could not release lock %s: %r; it expires in at most %ss",
+                lease.key,
+                exc,
+                self.options.lock_timeout,
+            )
+
+    def _notice(self, key: str) -> str | None:
+        """Where the release is published: nowhere when no execution of the task can be
+        waiting for it (no ``on_duplicate="wait"`` anywhere in its configuration)."""
+        runtime = self.runtime
+        return runtime.release_channel(key) if runtime.waited_on(self.info.task_name) else None
+
+    def cancel_hand_over(self, to: str) -> None:
+        """Free a lock handed to ``to`` whose next run will not come (no retry was sent)."""
+        try:
+            self.runtime.engine.release(self.lease.key, to)
+        except REDIS_ERRORS as exc:
+            logger.warning("Could not release lock %s: %r; it expires on its TTL", self.lease.key, exc)
+
+
+Outcome = Union[Holding, Refused]
+
+
+def acquire(execution: Execution) -> Outcome:
+    """Take the key for ``execution``; raises ``redis.RedisError`` when Redis is unreachable."""
+    options = execution.options
+    if options.max_concurrency > 1:
+        return _acquire_slot(execution)
+    runtime, key = execution.runtime, execution.key
+    engine = runtime.engine
+    if _take_free(execution):  # the usual case: held at once, no result object between
+        return _hold(execution, engine, Lease(key, execution.holder, options.timeout_ms))
+    # Found held, or a lock taken at enqueue to take over, or fenced: the acquire script.
+    result = _try_acquire(execution, expect_free=False)
+    if not result.acquired and execution.held_by_dead_delivery(result.holder):
+        # This very message, from a child that died here; Celery re-queued it
+        # (reject_on_worker_lost) without telling anyone: not a duplicate, take over.
+        runtime.engine.release(key, result.holder)
+        _freed_dead_delivery(execution, result.holder)
+        result = _try_acquire(execution)
+    redelivered = not result.acquired and task_id_of(result.holder) == execution.task_id
+    if not result.acquired and not redelivered and execution.options.on_duplicate == "wait":
+        result = _wait(execution)
+    if not result.acquired:
+        return Refused(result.holder, redelivered)
+    return _hold(execution, engine, Lease(key, execution.holder, options.timeout_ms), result)
+
+
+def release_queued(runtime: Runtime, key: str, task_id: str) -> None:
+    """``lock_until="started"``: free the task's own lock taken at enqueue. Compare-and-delete:
+    a lock that is not ``{task id}@queued`` (another call's, after ours expired) stays."""
+    if runtime.engine.release(key, queued_id(task_id), notify=runtime.release_channel(key)):
+        count("released")
+
+
+def _freed_dead_delivery(execution: Execution, holder: str) -> None:
+    # The parent was told nothing (Celery re-queued the message instead of failing it), so
+    # this is the only trace of the dead child's lock: the same line the parent would log.
+    count("released")
+    logger.info(
+        "Released lock %s of %s[%s]: its worker process died (holder %s; freed by its redelivery)",
+        execution.key,
+        execution.task_name,
+        execution.task_id,
+        holder,
+    )
+
+
+def _hold(
+    execution: Execution, engine: LeaseEngine, lease: Lease, result: AcquireResult | None = None
+) -> Holding:
+    count("acquired")
+    runtime = execution.runtime
+    info = RedisLockInfo(
+        lease.key,
+        lease.holder,
+        execution.task_name,
+        execution.task_id,
+        runtime.app,
+        runtime.engine.client,
+        # Fenced: the script issued a token, and told the server's time too.
+        token=None if result is None else result.token,
+        acquired_at=None if result is None else result.server_time,
+    )
+    watch(info)
+    renewer = get_renewer()
+    renewer.add(engine, lease, execution.options.renew_interval_s)
+    return Holding(runtime, execution.options, engine, lease, info, renewer)
+
+
+def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireResult:
+    # An execution takes over its own hand-over (a retry) and any lock taken at enqueue. A task
+    # locked at enqueue finds its key held (by its own @queued lock): straight to the acquire
+    # script, not a SET NX that must fail first.
+    engine, options = execution.runtime.engine, execution.options
+    if expect_free and _take_free(execution):
+        return AcquireResult(AcquireStatus.TAKEN, execution.holder)
+    return engine.acquire(
+        execution.key,
+        execution.holder,
+        options.timeout_ms,
+        handover_id(execution.task_id),
+        takeover_suffix=QUEUED_SUFFIX,
+        expect_free=False,  # found held, a take-over expected, or fenced: the script
+        fencing=options.fencing,
+    )
+
+
+def _take_free(execution: Execution) -> bool:
+    """The usual case, a free key, taken by the SET NX alone, before the acquire script's
+    arguments (the hand-over id) are even built. Not for a task locked at enqueue (its key is
+    held by its own @queued lock) nor a fenced one (only the script issues a token)."""
+    options = execution.options
+    if options.lock_on != "execute" or options.fencing:
+        return False
+    return execution.runtime.engine.take(execution.key, execution.holder, options.timeout_ms)
+
+
+def _wait(execution: Execution) -> AcquireResult:
+    """Wait up to acquire_timeout for the lock, woken by the holder's release notice."""
+    result = wait_for(
+        execution.runtime.engine.client,
+        execution.runtime.release_channel(execution.key),
+        lambda: _try_acquire(execution, expect_free=False),
+        lambda r: r.acquired,
+        execution.options.acquire_timeout,
+        WAIT_FALLBACK_POLL,
+    )
+    if result.acquired:
+        count("waited")
+    return result
+
+
+def _acquire_slot(execution: Execution) -> Outcome:
+    """``max_concurrency`` > 1: take one of the slots of the semaphore at the key; "wait"
+    queues for one (served in arrival order), the other strategies never jump the queue."""
+    runtime, options, key = execution.runtime, execution.options, execution.key
+    engine = runtime.semaphores
+    slot = _take_slot(engine, execution, blocking=False)
+    dead = next((h for h in slot.holders if execution.held_by_dead_delivery(h)), None)
+    if dead is not None:  # this very message, from a child that died here: not a duplicate
+        engine.release(key, dead, notify=runtime.release_channel(key))
+        _freed_dead_delivery(execution, dead)
+        slot = _take_slot(engine, execution, blocking=False)
+    sibling = next((h for h in slot.holders if task_id_of(h) == execution.task_id), None)
+    if sibling is not None:
+        return Refused(sibling, redelivered=True)
+    if not slot.acquired and options.on_duplicate == "wait" and options.acquire_timeout > 0:
+        slot = _take_slot(engine, execution, blocking=True)
+        if slot.acquired:
+            count("waited")
+    if not slot.acquired:
+        # Every slot held, or the free ones owed to executions queued (on_duplicate="wait").
+        holders = ", ".join(slot.holders) or "executions queued first"
+        return Refused(f"{holders} (max_concurrency={options.max_concurrency})", redelivered=False)
+    lease = SemaphoreLease(key, execution.holder, options.timeout_ms, options.max_concurrency)
+    return _hold(execution, engine, lease)
+
+
+def _take_slot(engine: SemaphoreEngine, execution: Execution, *, blocking: bool) -> SlotResult:
+    options = execution.options
+    return take_slot(
+        engine,
+        execution.key,
+        execution.holder,
+        options.max_concurrency,
+        options.timeout_ms,
+        blocking=blocking,
+        timeout=options.acquire_timeout,
+        retry_delay=WAIT_FALLBACK_POLL,
+        # Another delivery of this very message holding a slot is not a co-holder: it is
+        # redelivered (see outcomes.on_redelivered).
+        siblings=any_delivery_prefix(execution.task_id),
+    )
+
+
+# The dedup modes (latest.py) take a lock their own way, then hold it as acquire() does.
+hold = _hold
+freed_dead_delivery = _freed_dead_delivery

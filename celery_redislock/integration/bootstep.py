@@ -1,0 +1,93 @@
+"""The worker bootstep that checks the ``redislock_*`` settings before the worker consumes anything."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from celery import Celery, bootsteps
+from celery.exceptions import CeleryCommandException
+
+from ..config.urls import resolve_redis_url
+from ..errors import RedisLockError
+from .runtime import runtime_for
+from .task import SingletonTask
+
+__all__ = ["EX_CONFIG", "SettingsCheck", "check_app"]
+
+#: The worker's exit status when the check fails (sysexits.h: "configuration error").
+EX_CONFIG = getattr(os, "EX_CONFIG", 78)
+
+
+class SettingsCheck(bootsteps.Step):
+    """Validate the app's lock settings, and each SingletonTask's options for every queue the
+    worker consumes, as the worker's blueprint is applied.
+
+    A ``worker_init`` receiver cannot stop a worker (Celery's ``Signal.send`` logs and swallows
+    what a receiver raises), nor can a step's ``start`` (``WorkController.start`` logs it with a
+    traceback and the pool is already up). A step's ``__init__`` runs inside ``app.Worker(...)``,
+    before any step creates a pool or a connection; what it raises leaves the worker command.
+    A ``CeleryCommandException`` there is shown by click as one ``Error: ...`` line, and the
+    process exits with ``EX_CONFIG``.
+    """
+
+    name = "celery_redislock.SettingsCheck"
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        app: Celery = parent.app
+        problem = check_app(app, _consumed_queues(app))
+        if problem is not None:
+            raise CeleryCommandException(
+                f"celery_redislock cannot start this worker: {problem}", exit_code=EX_CONFIG
+            )
+
+
+def check_app(app: Celery, queues: Iterable[str]) -> str | None:
+    """What is wrong with ``app``'s lock configuration (one line), or None.
+
+    Reads the ``redislock_*`` settings (the Redis URL too: parsed, not connected) and resolves
+    the options of every SingletonTask for each of ``queues`` that has options of its own in
+    ``redislock_queues``, and for queues that have none, so that a clash between layers
+    (``renew_interval`` from one, ``lock_timeout`` from another) shows now, not at the task.
+    An app without a SingletonTask is not checked.
+    """
+    tasks = [task for task in app.tasks.values() if isinstance(task, SingletonTask)]
+    if not tasks:
+        return None
+    try:
+        runtime = runtime_for(app)
+    except RedisLockError as exc:
+        return _one_line(str(exc))
+    except ValueError as exc:  # redis-py's URL parser: a port or a query value it cannot read
+        return _one_line(f"{_url_setting(app)}: the Redis URL for the locks cannot be parsed: {exc}")
+    layered = [queue for queue in queues if queue in runtime.settings.queues]
+    try:
+        for task in tasks:
+            for queue in [None, *layered]:
+                runtime.plan(task, queue)
+    except RedisLockError as exc:
+        return _one_line(str(exc))
+    return None
+
+
+def _consumed_queues(app: Celery) -> list[str]:
+    # After the worker's setup_queues: the -Q/-X selection, or every queue when none was made.
+    return [str(name) for name in app.amqp.queues.consume_from]
+
+
+def _url_setting(app: Celery) -> str:
+    """The setting the lock URL came from: redislock_url, else broker_url, else result_backend."""
+    conf = app.conf
+    if conf.get("redislock_url"):
+        return "redislock_url"
+    try:
+        resolve_redis_url(None, conf.broker_url, None)
+    except RedisLockError:
+        return "result_backend"
+    return "broker_url"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -1,0 +1,188 @@
+"""What an execution does when it does not get its lock: the duplicate strategies (``on_duplicate``),
+a redelivered copy of a running message, an unreachable Redis (``on_redis_error``)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from celery import states
+from celery.backends.base import DisabledBackend
+from celery.exceptions import Ignore
+
+from ..config.options import LockOptions
+from ..config.settings import AppSettings
+from ..config.urls import mask_url
+from ..engine.counting import count
+from ..errors import DuplicateTaskError, LockUnavailableError
+from ..signals import send_duplicate
+
+__all__ = ["finished", "on_duplicate", "on_redelivered", "on_redis_error", "retry_duplicate", "skip"]
+
+logger = logging.getLogger(__name__)
+
+#: How the re-queued copy of a task that found Redis unreachable is published. Redis is often the
+#: broker too, and then it is down just as long: Celery's default policy gives up within a second
+#: and the task would be dropped (``Reject``). This one waits for the broker as long as it takes,
+#: a WARNING per failed attempt, so the task is never lost.
+BROKER_WAIT_INTERVAL_MAX = 5.0
+
+if TYPE_CHECKING:
+    from celery import Task
+
+    # Celery's Task is generic to type checkers only before 5.7: subscripted at runtime it raises.
+    AnyTask = Task[Any, Any]
+
+
+def on_duplicate(task: AnyTask, options: LockOptions, key: str, holder: str) -> NoReturn:
+    """Another task id holds ``key``: raise, retry later, or skip, as ``on_duplicate`` says
+    ("wait" has waited already). A debounced call waits out the holder instead
+    (``debounce.wait_out``)."""
+    request = task.request
+    error = DuplicateTaskError(task.name, str(request.id), key, holder)
+    strategy = options.on_duplicate
+    if options.keep_latest and strategy != "raise":  # replaced: a retry would find it so again
+        strategy = "skip"
+    if options.throttle is not None:
+        count("throttled")
+    send_duplicate(task, str(request.id), key, holder, strategy, "execute")
+    if strategy == "raise":
+        count("skipped")
+        raise error
+    # Out of retries (or eager, where nothing can be re-queued) it ends as a skip.
+    retries_left = task.max_retries is None or request.retries < task.max_retries
+    if strategy == "retry" and retries_left and not request.is_eager:
+        retry_duplicate(task, options, error)
+    skip(task, error)
+
+
+def retry_duplicate(task: AnyTask, options: LockOptions, error: DuplicateTaskError, **retry: Any) -> NoReturn:
+    """Re-queued in ``retry_countdown``, counted ``retried``; ``retry``: more of Celery's
+    ``retry()`` arguments."""
+    count("retried")
+    logger.info(
+        "Retrying duplicate %s[%s] in %ss: %s is held by %s",
+        task.name,
+        task.request.id,
+        options.retry_countdown,
+        error.key,
+        error.holder,
+    )
+    raise task.retry(countdown=options.retry_countdown, exc=error, **retry)
+
+
+def skip(task: AnyTask, error: DuplicateTaskError) -> NoReturn:
+    """Not run: one INFO line, a FAILURE result naming the holder so a waiting caller
+    (and a chord) is answered at once, and no on_failure / task_failure."""
+    count("skipped")
+    request = task.request
+    logger.info("Skipped duplicate %s[%s]: %s is held by %s", task.name, request.id, error.key, error.holder)
+    if request.is_eager:
+        raise error  # no backend to store in: the EagerResult carries the error
+    if not task.ignore_result or request.chord:
+        task.backend.mark_as_failure(str(request.id), error, request=request, call_errbacks=False)
+    raise Ignore()
+
+
+def on_redelivered(task: AnyTask, options: LockOptions, key: str, holder: str) -> NoReturn:
+    """Another delivery of this very message holds the lock: a copy given out again by the
+    Redis broker's visibility timeout while the original runs, or a message re-queued after
+    its child died on another worker (whose lock only expires). Not run now; not dropped
+    either, since the holder may never finish: re-queued to look again once the lock may have
+    moved, and dropped then if that task id has finished meanwhile (``finished``)."""
+    request = task.request
+    error = DuplicateTaskError(task.name, str(request.id), key, holder)
+    if request.is_eager:
+        skip(task, error)
+    count("retried")
+    countdown = options.renew_interval_s
+    logger.info(
+        "Re-queued redelivered %s[%s] in %ss: %s is held by its other delivery %s",
+        task.name,
+        request.id,
+        countdown,
+        key,
+        holder,
+    )
+    # Published like a retry (same task id, waits for the broker), but no RETRY state is
+    # stored: that would overwrite the result the holder may store in the meantime.
+    task.retry(
+        countdown=countdown,
+        exc=error,
+        throw=False,
+        max_retries=sys.maxsize,
+        retry_policy=broker_wait_policy(task),
+    )
+    raise Ignore()
+
+
+def finished(task: AnyTask) -> bool:
+    """Whether this task id already has a final result (a re-queued copy is then dropped)."""
+    task_id = str(task.request.id)
+    if task.ignore_result or isinstance(task.backend, DisabledBackend):
+        return False
+    try:
+        state = task.backend.get_task_meta(task_id).get("status")
+    except Exception as exc:  # the result store is not the lock's business: run it
+        logger.warning("Could not read the state of %s[%s]: %r", task.name, task_id, exc)
+        return False
+    return state in states.READY_STATES
+
+
+def on_redis_error(
+    task: AnyTask, settings: AppSettings, options: LockOptions, key: str, exc: Exception
+) -> None:
+    """The lock Redis failed (any of ``core.leases.REDIS_ERRORS``): return to run unlocked
+    (``"run"``, logged), or raise: re-queued (``"retry"``, nothing lost) or failed (``"fail"``).
+    A failed TLS set-up is none of these: a configuration error (``RedisTLSError``, naming the
+    setting), the task fails."""
+    count("redis_errors")
+    tls_error = settings.tls_error(exc)
+    if tls_error is not None:
+        raise tls_error from exc
+    shown = mask_url(settings.url)
+    request = task.request
+    if options.on_redis_error == "run":
+        logger.warning(
+            "Running %s[%s] without its lock: Redis at %s is unreachable (%r)",
+            task.name,
+            request.id,
+            shown,
+            exc,
+        )
+        return
+    error = LockUnavailableError(task.name, str(request.id), key, shown, exc)
+    if options.on_redis_error == "retry" and not request.is_eager:
+        logger.warning("Retrying %s[%s] in %ss: %s", task.name, request.id, options.retry_countdown, error)
+        # Not bounded by the task's max_retries: it has not run yet, and running out of
+        # retries would drop it. (These retries still count in request.retries.)
+        raise task.retry(
+            countdown=options.retry_countdown,
+            exc=error,
+            max_retries=sys.maxsize,
+            retry_policy=broker_wait_policy(task),
+        ) from exc
+    raise error from exc
+
+
+def broker_wait_policy(task: AnyTask) -> dict[str, Any]:
+    """A publish retry policy that waits for an unreachable broker until it is back."""
+    name, task_id = task.name, str(task.request.id)
+
+    def errback(exc: BaseException, interval: float) -> None:
+        logger.warning(
+            "Could not re-queue %s[%s]: the broker is unreachable (%r); trying again in %.1fs",
+            name,
+            task_id,
+            exc,
+            interval,
+        )
+
+    return {
+        "max_retries": None,  # kombu's Connection.ensure: retry for ever
+        "interval_start": 0.2,
+        "interval_step": 0.5,
+        "interval_max": BROKER_WAIT_INTERVAL_MAX,
+        "errback": errback,
+    }

@@ -1,0 +1,188 @@
+"""Locking at enqueue (``lock_on="enqueue"``): the lock taken by ``apply_async`` before a message
+is published, and carried to its worker in the message's ``redislock_key`` header."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime, timezone, tzinfo
+from typing import TYPE_CHECKING, Any, Callable
+
+from celery.utils import uuid
+from celery.utils.time import maybe_iso8601
+
+from ..config.urls import mask_url
+from ..engine.counting import count
+from ..engine.holders import queued_id, task_id_of
+from ..engine.keys import KEY_HEADER
+from ..engine.leases import REDIS_ERRORS
+from ..errors import LockUnavailableError
+from ..signals import send_duplicate
+from .runtime import Plan, Runtime, app_layers_ask, runtime_for
+
+if TYPE_CHECKING:
+    from .task import SingletonTask
+
+__all__ = [
+    "EXPIRY_MARGIN_MS",
+    "expiry_ttl_ms",
+    "keyed_headers",
+    "may_lock_at_enqueue",
+    "message_expires",
+    "queued_ttl_ms",
+    "seconds_until",
+    "send",
+    "send_plan",
+]
+
+logger = logging.getLogger(__name__)
+
+#: How long a lock taken at enqueue outlives its message's expiry: a worker that received the
+#: message just before it expired has taken the lock over by then, or has discarded it.
+EXPIRY_MARGIN_MS = 1000
+
+#: ``Task.apply_async`` of the task's Celery base: what finally publishes.
+Publish = Callable[..., Any]
+
+
+def may_lock_at_enqueue(task: SingletonTask) -> bool:
+    """False when no layer can make ``task`` lock at enqueue (the resolved plan decides the
+    rest): the task's own setting wins, else any app or queue layer may ask for it."""
+    if task.lock_on is not None:
+        return task.lock_on == "enqueue"
+    return app_layers_ask(task.app, "lock_on", lambda value: value == "enqueue")
+
+
+def send(
+    task: SingletonTask,
+    publish: Publish,
+    args: Any,
+    kwargs: Any,
+    task_id: str | None,
+    options: dict[str, Any],
+) -> Any:
+    """``apply_async`` of a task that may lock at enqueue (``may_lock_at_enqueue``).
+
+    A new call whose key is already queued or running publishes nothing and is answered by
+    ``task._refused_at_send``. A message whose task id is given (a retry, a re-queued copy, a
+    canvas member, a caller's own id) is already promised to someone waiting on that id: it is
+    always published, with the lock if free, else unlocked, and its worker deals with the
+    duplicate."""
+    runtime, plan = send_plan(task, options)
+    if plan.options.lock_on != "enqueue":
+        return publish(args, kwargs, task_id, **options)
+    key, headers = keyed_headers(task, plan, args, kwargs, options)
+    new_call = task_id is None
+    task_id = task_id or uuid()
+    queued = queued_id(task_id)
+    delay = seconds_until(options.get("countdown"), options.get("eta"), task.app.timezone)
+    ttl_ms = queued_ttl_ms(plan.options.queued_timeout_ms + int(delay * 1000), message_expires(task, options))
+    try:
+        # Takes the key, or re-enters this task id's own queued lock (a retry's).
+        result = runtime.engine.acquire(key, queued, ttl_ms)
+    except REDIS_ERRORS as exc:
+        count("redis_errors")
+        tls_error = runtime.settings.tls_error(exc)
+        if tls_error is not None:  # a configuration error: sending it anyway would hide it
+            raise tls_error from exc
+        url = mask_url(runtime.settings.url)
+        if plan.options.on_redis_error == "fail":
+            raise LockUnavailableError(task.name, task_id, key, url, exc) from exc
+        # "retry" and "run": send it anyway; the worker takes the lock when it runs it.
+        logger.warning(
+            "Sending %s[%s] without an enqueue lock: Redis at %s is unreachable (%r)",
+            task.name,
+            task_id,
+            url,
+            exc,
+        )
+        return publish(args, kwargs, task_id, headers=headers, **options)
+    if not result.acquired and new_call:
+        count("refused_at_send")
+        if plan.options.throttle is not None:
+            count("throttled")
+        logger.info("Not sending duplicate %s: %s is held by %s", task.name, key, result.holder)
+        send_duplicate(task, task_id, key, result.holder, plan.options.on_duplicate, "enqueue")
+        return task._refused_at_send(plan.options, key, task_id, result.holder)
+    if not result.acquired and task_id_of(result.holder) != task_id:
+        logger.info(
+            "Sending %s[%s] unlocked: %s is held by %s, and a message with a given task id is "
+            "never dropped; its worker handles the duplicate",
+            task.name,
+            task_id,
+            key,
+            result.holder,
+        )
+    try:
+        return publish(args, kwargs, task_id, headers=headers, **options)
+    except BaseException:
+        if result.acquired:  # nothing was sent: nobody will take the lock over
+            runtime.engine.release(key, queued)
+        raise
+
+
+def send_plan(task: SingletonTask, options: Mapping[str, Any]) -> tuple[Runtime, Plan]:
+    """The app's runtime and the task's plan for the queue a send is routed to (``queue`` in the
+    send's options, a name or a kombu Queue; without one, no queue layer)."""
+    queue = options.get("queue")
+    queue_name = getattr(queue, "name", queue)
+    runtime = runtime_for(task.app)
+    return runtime, runtime.plan(task, queue_name if isinstance(queue_name, str) else None)
+
+
+def keyed_headers(
+    task: SingletonTask, plan: Plan, args: Any, kwargs: Any, options: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """The lock key of a send and its message headers (taken out of ``options``) carrying it.
+
+    A re-published message keeps the key it was locked under (JSON may have changed its
+    arguments' types since); a new one is keyed here, and carries the key to its worker."""
+    headers = {**(options.pop("headers", None) or {})}
+    key = headers.get(KEY_HEADER) or plan.key(task, tuple(args or ()), dict(kwargs or {}))
+    headers[KEY_HEADER] = key
+    return key, headers
+
+
+def seconds_until(countdown: float | None, eta: datetime | str | None, tz: tzinfo) -> float:
+    """Seconds until a message sent with ``countdown`` or ``eta`` is due, as Celery reads them:
+    a countdown wins over an eta; a naive eta is in the app's timezone ``tz``."""
+    if countdown:
+        return max(0.0, float(countdown))
+    if not eta:
+        return 0.0
+    when = datetime.fromisoformat(eta) if isinstance(eta, str) else eta
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=tz)
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+
+
+def message_expires(task: SingletonTask, options: Mapping[str, Any]) -> Any:
+    """The ``expires`` a send's message gets: the send's own (an explicit None clears the
+    task's), else the task's default, as Celery's ``apply_async`` merges them."""
+    return options.get("expires", task.expires)
+
+
+def expiry_ttl_ms(expires: float | datetime | str | None) -> int | None:
+    """Milliseconds from now until a message sent with ``expires`` (seconds, a datetime or its
+    ISO 8601 form, as a retry carries it; naive means UTC, as Celery reads it for the broker's
+    per-message TTL) expires, or None when it does not. A broker may drop an expired message
+    where no worker sees it (RabbitMQ does), so nothing is left to free its lock."""
+    if expires is None:
+        return None
+    if isinstance(expires, (int, float)):
+        return max(0, int(expires * 1000))
+    when = maybe_iso8601(expires)  # Celery's own reading of an ISO 8601 string
+    if when is None:  # an empty string: no expiry, as Celery reads it
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0, int((when - datetime.now(timezone.utc)).total_seconds() * 1000))
+
+
+def queued_ttl_ms(ttl_ms: int, expires: float | datetime | str | None) -> int:
+    """The TTL of a lock held for a queued message: ``ttl_ms``, but never longer than the
+    message's expiry (``expiry_ttl_ms``) plus ``EXPIRY_MARGIN_MS``."""
+    expiry_ms = expiry_ttl_ms(expires)
+    if expiry_ms is None:
+        return ttl_ms
+    return max(1, min(ttl_ms, expiry_ms + EXPIRY_MARGIN_MS))

@@ -1,0 +1,255 @@
+"""SingletonTask: the Celery Task base class that runs a task's body under its lock."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from celery import Celery, Task
+from celery.exceptions import Ignore, Retry
+
+from ..config.keywords import check_keywords
+from ..config.options import LockOptions
+from ..engine.holders import handover_id, queued_id, task_id_of
+from ..engine.keys import KEY_HEADER, KeyBuilder
+from ..engine.leases import REDIS_ERRORS
+from ..errors import DuplicateTaskError
+from ..modes import debounce
+from ..modes import keep_latest as latest
+from ..modes.keep_latest import acquire_latest
+from . import outcomes
+from . import sending as enqueue
+from .acquisition import Execution, Holding, Refused, acquire, release_queued
+from .queues import QUEUE_FIELD
+from .runtime import run_function, runtime_for, send_routes, task_options
+
+__all__ = ["KEY_HEADER", "SingletonTask"]
+
+logger = logging.getLogger(__name__)
+
+#: The request attribute holding what the running execution holds (a ``Holding``).
+HELD_FIELD = "redislock_held"
+#: The request attribute a bound task's body reads its lock from (``held.RedisLockInfo``).
+INFO_FIELD = "redislock"
+#: The send route of a task that locks at execution: published as Celery publishes it.
+PUBLISH = "publish"
+#: The other send routes: each one's ``send(task, publish, args, kwargs, task_id, options)``.
+_SENDERS = {"debounce": debounce.send, "latest": latest.send, "enqueue": enqueue.send}
+
+
+if TYPE_CHECKING:
+    _TaskBase = Task[Any, Any]
+else:  # Celery's Task is subscriptable at runtime only from 5.7 on
+    _TaskBase = Task
+
+
+class SingletonTask(_TaskBase):
+    """A task that runs at most once at a time per name and arguments (or ``lock_key``).
+
+    Options given here (``@app.task(base=SingletonTask, lock_timeout=60)`` or a subclass
+    attribute) win over ``redislock_queues[queue]`` and ``redislock_options``; ``None`` means
+    "ask the configuration".
+    """
+
+    #: Seconds the lock lives in Redis without renewal.
+    lock_timeout: ClassVar[float | None] = None
+    #: Seconds between renewals of a held lock (default ``lock_timeout / 3``).
+    renew_interval: ClassVar[float | None] = None
+    #: ``None`` (every argument), a list of argument names (``[]``: one run of the task at a
+    #: time, whatever its arguments), or ``(task, args, kwargs) -> str``.
+    lock_key: ClassVar[Any] = None
+    #: ``"skip"``, ``"retry"``, ``"raise"`` or ``"wait"``.
+    on_duplicate: ClassVar[str | None] = None
+    #: Seconds ``"wait"`` waits for the holder.
+    acquire_timeout: ClassVar[float | None] = None
+    #: Countdown of a ``"retry"`` of a duplicate.
+    retry_countdown: ClassVar[float | None] = None
+    #: False keeps the lock across ``self.retry()``: the retried run takes it over.
+    release_on_retry: ClassVar[bool | None] = None
+    #: ``"execute"`` or ``"enqueue"``.
+    lock_on: ClassVar[str | None] = None
+    #: TTL of a lock taken at enqueue.
+    queued_timeout: ClassVar[float | None] = None
+    #: ``"retry"``, ``"run"`` or ``"fail"`` when Redis cannot be reached to take the lock.
+    on_redis_error: ClassVar[str | None] = None
+    #: Executions of one key allowed at once.
+    max_concurrency: ClassVar[int | None] = None
+    #: ``"finished"``, or ``"started"`` (with ``lock_on="enqueue"``): unique while queued only.
+    lock_until: ClassVar[str | None] = None
+    #: Seconds: at most one run of a key starts per window (README, "Which call runs").
+    throttle: ClassVar[float | None] = None
+    #: One running and one pending (the latest) call per key.
+    keep_latest: ClassVar[bool | None] = None
+    #: Seconds: a burst of calls of a key runs once, its last call, this long after it.
+    debounce: ClassVar[float | None] = None
+    #: Seconds: a debounced burst runs at most this long after its first call.
+    debounce_max: ClassVar[float | None] = None
+    #: True: each acquisition issues a fencing token (``self.request.redislock.token``).
+    fencing: ClassVar[bool | None] = None
+
+    @classmethod
+    def on_bound(cls, app: Celery) -> None:
+        # Registration is where a bad option must surface, naming the task: validate the
+        # task's own options and its lock_key names against the body's signature now, and
+        # refuse keywords that were meant as options but are not (typos, celery-once's).
+        check_keywords(cls, SingletonTask)
+        options = task_options(cls)
+        KeyBuilder("check", str(cls.name or cls.__name__), run_function(cls), options.get("lock_key"))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        request = self.request
+        if request.called_directly:  # task(...) as a plain function: no message, no lock
+            return super().__call__(*args, **kwargs)
+        runtime = runtime_for(self.app)
+        # The request's own attributes (a Context keeps them in its __dict__): a getattr with
+        # a default that misses raises and catches an AttributeError, twice a task.
+        fields = vars(request)
+        plan = runtime.plan(self, fields.get(QUEUE_FIELD))
+        options = plan.options
+        # A task locked at enqueue (or re-published) carries its key: JSON may have changed its
+        # arguments' types since. Kept on the request, so a retry carries it on.
+        key = fields.get(KEY_HEADER) or plan.keys.key(args, kwargs, self)
+        fields[KEY_HEADER] = key
+        fields[INFO_FIELD] = None  # until it holds the lock: never while it runs unlocked
+        try:
+            if options.lock_until == "started":
+                # Unique while queued only: free this call's queued lock, so one more identical
+                # call can be queued while the body runs unlocked.
+                release_queued(runtime, key, str(request.id))
+                return self.run(*args, **kwargs)
+            if request.retries and outcomes.finished(self):
+                # A re-queued copy of a redelivered message whose original has finished meanwhile.
+                logger.info("Dropped redelivered %s[%s]: it has finished already", self.name, request.id)
+                raise Ignore()
+            execution = Execution(runtime, options, key, self.name, str(request.id), request.hostname)
+            if options.debounce is not None:
+                debounce.check(self, execution)  # a call superseded by a later one ends here
+            outcome = acquire_latest(self, execution) if options.keep_latest else acquire(execution)
+        except REDIS_ERRORS as exc:
+            # "retry" re-queues it, "fail" fails it (both raise); "run" runs it unlocked.
+            outcomes.on_redis_error(self, runtime.settings, options, key, exc)
+            return self.run(*args, **kwargs)
+        if isinstance(outcome, Refused):
+            if outcome.redelivered:
+                outcomes.on_redelivered(self, options, key, outcome.holder)
+            if options.debounce is not None:
+                debounce.wait_out(self, options, key, outcome.holder)
+            outcomes.on_duplicate(self, options, key, outcome.holder)
+        fields[HELD_FIELD] = outcome
+        fields[INFO_FIELD] = outcome.info
+        try:
+            return self.run(*args, **kwargs)
+        finally:
+            self._release_held(request=request)
+
+    def _release_held(self, hand_to: tuple[str, int] | None = None, request: Any = None) -> None:
+        """Release the execution's lock, or hand it (``(holder id, TTL ms)``) to the next run
+        of this task id. ``request``: the running request, if the caller has it (looking it
+        up again walks Celery's request stack)."""
+        if request is None:
+            request = self.request
+        held: Holding | None = getattr(request, HELD_FIELD, None)
+        if held is not None:
+            setattr(request, HELD_FIELD, None)
+            held.release(hand_to)
+
+    def retry(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        exc: Exception | None = None,
+        throw: bool = True,
+        eta: Any = None,
+        countdown: float | None = None,
+        max_retries: int | None = None,
+        **options: Any,
+    ) -> Any:
+        # The retry message carries the key this execution used (never one recomputed from
+        # arguments JSON has changed), and is published inside super().retry(): the lock is
+        # freed or handed over first, or the retried run could arrive while this one holds it.
+        key = getattr(self.request, KEY_HEADER, None)
+        if key:
+            inherited = {**(self.request.headers or {}), **(options.get("headers") or {})}
+            options["headers"] = {**inherited, KEY_HEADER: key}
+        held: Holding | None = getattr(self.request, HELD_FIELD, None)
+        expires = options.get("expires", self.request.expires)  # what the retry's message gets
+        hand_to = None if held is None else self._retry_hand_to(held.options, eta, countdown, expires)
+        self._release_held(hand_to)
+        try:
+            return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
+        except Retry:
+            raise
+        except BaseException:
+            # No retry was sent (out of retries, publish failed): nobody will take it over.
+            if held is not None and hand_to is not None:
+                held.cancel_hand_over(hand_to[0])
+            raise
+
+    def _retry_hand_to(
+        self, options: LockOptions, eta: Any, countdown: float | None, expires: Any = None
+    ) -> tuple[str, int] | None:
+        """Whom a retry hands the lock to, for how long; None: released.
+
+        ``release_on_retry=False``: to ``{id}@handover``, which only this task id takes over.
+        A task locked at enqueue: to ``{id}@queued``, as the retry's message is queued again,
+        atomically, so no other call slips in between a release and a re-acquire. Either lives
+        until the retry is due, plus the usual TTL; one queued again, never past the retry's
+        ``expires``."""
+        queued_again = options.lock_on == "enqueue" and not self.request.is_eager  # eager: no queue
+        # A throttled run's retry keeps its window: handed over, as with release_on_retry=False.
+        keep = not options.release_on_retry or options.throttle is not None
+        if options.max_concurrency > 1 or (not keep and not queued_again):
+            return None
+        if countdown is None and not eta:
+            countdown = self.default_retry_delay  # what Celery's retry() falls back to
+        delay_ms = int(enqueue.seconds_until(countdown, eta, self.app.timezone) * 1000)
+        task_id = str(self.request.id)
+        if keep:
+            return handover_id(task_id), options.timeout_ms + delay_ms
+        return queued_id(task_id), enqueue.queued_ttl_ms(options.queued_timeout_ms + delay_ms, expires)
+
+    def apply_async(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        *rest: Any,
+        **options: Any,
+    ) -> Any:
+        """With ``lock_on="enqueue"``, take the lock before publishing: a new call whose key is
+        already queued or running publishes nothing and returns the holder's AsyncResult
+        (``enqueue.send``)."""
+        route = self._send_route()
+        if route == PUBLISH or rest or self.app.conf.task_always_eager:
+            # Most tasks lock at execution: sending them needs no lock settings, no Redis.
+            return super().apply_async(args, kwargs, task_id, *rest, **options)
+        send = _SENDERS[route]
+        return send(self, super().apply_async, args, kwargs, task_id, options)
+
+    def _send_route(self) -> str:
+        """How ``apply_async`` sends this task: ``PUBLISH``, or the name of the module whose
+        ``send`` it goes through. Decided from the task's own options and the ``redislock_*``
+        layers, unresolved (the plan decides the rest), once a process (``reset_runtime``
+        forgets it with the settings): asked of Celery's settings, it cost a send 7 lookups."""
+        routes = send_routes(self.app)
+        route = routes.get(self.name)
+        if route is None:
+            if debounce.may_debounce(self):
+                route = "debounce"
+            elif latest.may_keep_latest(self):
+                route = "latest"
+            elif enqueue.may_lock_at_enqueue(self):
+                route = "enqueue"
+            else:
+                route = PUBLISH
+            routes[self.name] = route
+        return route
+
+    def _refused_at_send(self, options: LockOptions, key: str, task_id: str, holder: str) -> Any:
+        """A new call (``task_id``, not sent) whose key is held: the caller gets the holder's
+        AsyncResult, or with ``on_duplicate="raise"`` a DuplicateTaskError (as celery-once's
+        AlreadyQueued and celery-singleton's raise_on_duplicate do). The compat bases answer
+        as their peers did."""
+        if options.on_duplicate == "raise":
+            raise DuplicateTaskError(self.name, task_id, key, holder)
+        return self.AsyncResult(task_id_of(holder))

@@ -1,0 +1,183 @@
+"""Worker lifecycle, connected on import: tag each request with its queue, free locks of dead or
+terminated children (as Celery reports them; ``child_exit`` frees a dead child's sooner) and of
+discarded messages from the parent, release what a process holds at shutdown. And the package's own signals (defined in ``events``): ``task_duplicate``,
+``lock_lost``, ``lock_retaken``."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import weakref
+from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+from celery import Celery, signals
+from celery.app.task import Context
+from celery.exceptions import TimeLimitExceeded, WorkerLostError
+
+from ..engine.counting import count
+from ..engine.holders import handover_id, queued_id
+from ..engine.keys import KEY_HEADER
+from ..engine.leases import REDIS_ERRORS
+from ..engine.renewal import get_renewer
+from ..signals import lock_lost, lock_retaken, task_duplicate
+from .bootstep import SettingsCheck
+from .child_exit import ChildExitRelease
+from .parent_release import release_for
+from .queues import QUEUE_FIELD, consumed_queue
+from .runtime import runtime_for
+from .task import SingletonTask
+
+__all__ = ["lock_lost", "lock_retaken", "task_duplicate"]
+
+logger = logging.getLogger(__name__)
+
+
+class _Received:
+    """The requests this worker has received and still holds, by task id, and its node name:
+    the hard time limit's task_failure comes without the request, whose headers may carry the
+    key, and the release needs the node the holder id names."""
+
+    def __init__(self) -> None:
+        self.requests: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+        self.node: str | None = None
+
+    def add(self, request: Any) -> None:
+        self.requests[request.id] = request
+        self.node = request.hostname
+
+    def context(self, task_id: Any, args: Any, kwargs: Any) -> Any:
+        """The context of request ``task_id``, or what a release needs of it when it is gone."""
+        request = self.requests.get(str(task_id))
+        if request is not None:
+            return Context(request.request_dict)
+        return SimpleNamespace(id=task_id, hostname=self.node, args=args, kwargs=kwargs)
+
+
+_received = _Received()
+
+
+@signals.task_received.connect(weak=False)
+def _tag_queue(sender: Any = None, request: Any = None, **_: Any) -> None:
+    # Runs in the consumer (the parent of prefork children): the request dict is what the
+    # child gets as task.request, so the queue rides along to SingletonTask.__call__.
+    if request is None or not isinstance(request.task, SingletonTask):
+        return
+    _received.add(request)
+    if not runtime_for(request.task.app).settings.queues:
+        return  # no per-queue options: which queue it came from changes nothing
+    task_consumer = getattr(sender, "task_consumer", None)
+    queues: Sequence[Any] = getattr(task_consumer, "queues", None) or list(
+        request.task.app.amqp.queues.values()
+    )
+    tags: Mapping[str, str] = getattr(task_consumer, "_active_tags", None) or {}
+    message = getattr(request, "message", None)
+    delivery_info = getattr(message, "delivery_info", None) or request.delivery_info or {}
+    request.request_dict[QUEUE_FIELD] = consumed_queue(delivery_info, queues, tags)
+
+
+@signals.task_failure.connect(weak=False)
+def _release_dead_child(
+    sender: Any = None,
+    task_id: str | None = None,
+    exception: BaseException | None = None,
+    args: Any = None,
+    kwargs: Any = None,
+    **_: Any,
+) -> None:
+    # Sent in the parent when a prefork child died mid-task (WorkerLostError) or was killed
+    # at its hard time limit: the child's own release never ran, so free its lock now
+    # instead of after lock_timeout.
+    if not isinstance(sender, SingletonTask):
+        return
+    if isinstance(exception, WorkerLostError):
+        release_for(sender, sender.request, "its worker process died")
+    elif isinstance(exception, TimeLimitExceeded):
+        # Celery sends this one without the request's context: find the request by its id.
+        context = _received.context(task_id, args, kwargs)
+        release_for(sender, context, "it was killed at its hard time limit")
+
+
+@signals.task_revoked.connect(weak=False)
+def _release_terminated(sender: Any = None, request: Any = None, terminated: bool = False, **_: Any) -> None:
+    if not isinstance(sender, SingletonTask) or request is None:
+        return
+    if terminated:
+        release_for(sender, request, "it was revoked and terminated")
+    else:
+        _release_discarded(sender, request)
+
+
+def _release_discarded(task: SingletonTask, request: Any) -> None:
+    """A message Celery discards unrun (expired, or revoked before it ran): free the lock kept
+    for it, taken at enqueue (``{id}@queued``) or handed over by its previous run
+    (``{id}@handover``), instead of leaving it for its TTL. Only messages carrying their key
+    have one; any other holder (a delivery running elsewhere) is left alone."""
+    key = getattr(request, KEY_HEADER, None)
+    if not isinstance(key, str) or not key:
+        return
+    task_id = str(request.id)
+    try:
+        runtime = runtime_for(task.app)
+        for holder in (queued_id(task_id), handover_id(task_id)):
+            if runtime.engine.release(key, holder, notify=runtime.release_channel(key)):
+                count("released")
+                logger.info("Released lock %s of discarded %s[%s] (%s)", key, task.name, task_id, holder)
+    except REDIS_ERRORS as exc:
+        count("redis_errors")
+        logger.warning(
+            "Could not release the lock of discarded %s[%s]: %r; it expires on its TTL",
+            task.name,
+            task_id,
+            exc,
+        )
+
+
+@signals.worker_init.connect(weak=False)
+def _add_worker_steps(sender: Any = None, **_: Any) -> None:
+    # Bad redislock_* settings must stop the worker before it consumes anything, but what a
+    # signal receiver raises is swallowed: add the bootstep that checks them instead. The
+    # worker sends worker_init just before it builds its blueprint from app.steps["worker"].
+    # And the one that frees a prefork child's locks as the child exits.
+    app: Celery | None = getattr(sender, "app", None)
+    if app is not None:
+        app.steps["worker"].update((SettingsCheck, ChildExitRelease))
+
+
+@signals.worker_process_shutdown.connect(weak=False)
+def _release_process_locks(**_: Any) -> None:
+    # A prefork child exiting, or (worker_shutdown below) a solo/threads worker: release what
+    # this process still holds, then stop its renewal thread.
+    renewer = get_renewer()
+    released = renewer.release_all()
+    count("released", released)
+    renewer.stop()
+
+
+@signals.worker_shutdown.connect(weak=False)
+def _release_at_shutdown(**_: Any) -> None:
+    _release_process_locks()
+
+
+@signals.worker_shutting_down.connect(weak=False)
+def _release_after_cold_shutdown(how: str | None = None, **_: Any) -> None:
+    # A cold shutdown terminates the pool: children normally release in their own cleanup, but
+    # one killed outright cannot. Celery forgets the active requests before the pool is gone
+    # (and sends no worker_shutdown), so note them now and free their locks at exit.
+    if how != "Cold":
+        return
+    from celery.worker import state
+
+    busy = [
+        (r.task, Context(r.request_dict))
+        for r in list(state.active_requests)
+        if isinstance(r.task, SingletonTask)
+    ]
+    if busy:
+        atexit.register(_release_requests, busy)
+
+
+def _release_requests(busy: list[tuple[SingletonTask, Any]]) -> None:
+    for task, context in busy:
+        release_for(task, context, "the worker was shut down cold")

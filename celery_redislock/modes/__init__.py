@@ -1,0 +1,1 @@
+"""The dedup modes, one module each."""

@@ -1,0 +1,1 @@
+"""Operations: the CLI, the inventory of keys, the stats counters and the inspect command."""

@@ -1,0 +1,381 @@
+"""The ``celery redislock list|release|purge`` commands (click, via the celery.commands entry point)."""
+
+from __future__ import annotations
+
+import functools
+import json.encoder
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple, TypeVar, cast
+
+import click
+import redis
+from celery.bin.base import CeleryCommand, CeleryOption, CLIContext, handle_preload_options
+from celery.exceptions import CeleryCommandException
+from celery.platforms import EX_FAILURE, EX_UNAVAILABLE
+
+from ..config.urls import mask_url
+from ..engine.keys import parse_key
+from ..engine.leases import REDIS_ERRORS, as_text
+from ..errors import RedisLockError
+from ..integration.runtime import Runtime, runtime_for
+from .inventory import mode_keys
+
+__all__ = ["Lock", "glob_escape", "held_locks", "redislock"]
+
+#: Keys per SCAN step and per pipeline: each round trip stays short, so Redis is never blocked.
+BATCH = 1000
+
+#: A purge that was not confirmed (stdin not a terminal, no --yes): click's usage-error code.
+EXIT_NOT_CONFIRMED = 2
+
+_quote = json.encoder.encode_basestring_ascii
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class Lock(NamedTuple):
+    """One held lock as listed: ``ttl_ms`` is Redis' PTTL, -1 for a key without a TTL."""
+
+    key: str
+    task: str
+    holder: str
+    ttl_ms: int
+
+    @property
+    def ttl(self) -> float | None:
+        return None if self.ttl_ms < 0 else self.ttl_ms / 1000
+
+
+def glob_escape(text: str) -> str:
+    return _GLOB_SPECIAL.sub(r"\\\1", text)
+
+
+def _cli(ctx: click.Context) -> CLIContext:
+    return cast(CLIContext, ctx.obj)
+
+
+def _runtime(ctx: click.Context) -> Runtime:
+    try:
+        return runtime_for(_cli(ctx).app)
+    except RedisLockError as exc:
+        raise CeleryCommandException(f"{exc}", EX_FAILURE) from None
+    except ValueError as exc:  # redis-py parsing the URL (a port that is not a number, ...)
+        raise CeleryCommandException(f"redislock_url cannot be used: {exc}", EX_FAILURE) from None
+
+
+def _redis_failure(ctx: click.Context, exc: Exception, after: str = "") -> CeleryCommandException:
+    """One ``Error:`` line naming the (masked) URL; unreachable exits like Celery's own commands."""
+    settings = _runtime(ctx).settings
+    tls_error = settings.tls_error(exc)
+    if tls_error is not None:
+        return CeleryCommandException(str(tls_error), EX_FAILURE)
+    url = mask_url(settings.url)
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return CeleryCommandException(f"Redis at {url} is unreachable{after}: {exc}", EX_UNAVAILABLE)
+    return CeleryCommandException(f"Redis at {url}{after}: {type(exc).__name__}: {exc}", EX_FAILURE)
+
+
+def _redis_errors(command: _F) -> _F:
+    """Turn a Redis failure into one ``Error:`` line and an exit code, never a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(ctx: click.Context, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(ctx, *args, **kwargs)
+        except REDIS_ERRORS as exc:
+            raise _redis_failure(ctx, exc) from None
+
+    return cast(_F, wrapper)
+
+
+def _interactive() -> bool:
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+def _check_task_name(name: str | None) -> None:
+    if name is not None and (not name or ":" in name):
+        # KeyBuilder refuses such names, so no lock can exist under them.
+        raise click.BadParameter(f"{name!r} is not a task name (task names are non-empty, without ':')")
+
+
+# -- Redis side: SCAN, then one pipeline per batch of keys ---------------------------------
+
+
+def _scan_locks(runtime: Runtime, task: str | None) -> Iterator[list[tuple[bytes | str, str, str]]]:
+    """Batches of ``(raw key, key, task)`` for the app's lock keys (of ``task`` if given),
+    from every node (the engine SCANs each primary of a cluster)."""
+    prefix = runtime.settings.key_prefix
+    pattern = glob_escape(prefix) + ":" + (glob_escape(task) + ":*" if task is not None else "*")
+    batch: list[tuple[bytes | str, str, str]] = []
+    for raw in runtime.engine.scan(pattern, BATCH):
+        key = as_text(raw)
+        try:
+            key_prefix, key_task, _ = parse_key(key)
+        except ValueError:
+            continue
+        # A longer prefix that starts with ours ("redislock:other") matches the pattern too.
+        if key_prefix != prefix or (task is not None and key_task != task):
+            continue
+        batch.append((raw, key, key_task))
+        if len(batch) >= BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def held_locks(runtime: Runtime, task: str | None) -> Iterator[Lock]:
+    for batch in _scan_locks(runtime, task):
+        # A GET and a PTTL per key: one round trip per batch (per node of a cluster).
+        infos = runtime.engine.inspect([raw for raw, _, _ in batch])
+        others: list[tuple[str, str]] = []
+        for (_, key, key_task), info in zip(batch, infos):
+            if info.holder is not None:
+                yield Lock(key, key_task, info.holder, info.ttl_ms)
+            elif info.ttl_ms != -2:  # there, but not a string: a semaphore's holders
+                others.append((key, key_task))
+        yield from _held_slots(runtime, others)
+
+
+def _held_slots(runtime: Runtime, keys: list[tuple[str, str]]) -> Iterator[Lock]:
+    """A row per live holder of each semaphore (max_concurrency > 1) among ``keys``; one round trip."""
+    if not keys:
+        return
+    states = runtime.semaphores.states([key for key, _ in keys])
+    for (key, key_task), state in zip(keys, states):
+        for holder, left_ms in state.holders if state is not None else ():
+            yield Lock(key, key_task, holder, left_ms)
+
+
+def _purge(runtime: Runtime, task: str | None, removed: Callable[[str], None]) -> None:
+    """UNLINK the locks, calling ``removed`` with each deleted key; notify waiters as a release does."""
+    for batch in _scan_locks(runtime, task):
+        deleted = runtime.engine.delete_many([raw for raw, _, _ in batch], notify=runtime.release_channel)
+        for (_, key, _), gone in zip(batch, deleted):
+            if gone:
+                removed(key)
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def _by_key(lock: Lock) -> str:
+    return lock.key
+
+
+def _ttl_text(lock: Lock) -> str:
+    ttl = lock.ttl
+    return "none" if ttl is None else f"{ttl:.1f}"
+
+
+def _table(locks: list[Lock]) -> Iterator[str]:
+    header = Lock("KEY", "TASK", "HOLDER", 0)
+    ttl_texts = ["TTL", *map(_ttl_text, locks)]
+    key_width = max(len(lock.key) for lock in [header, *locks])
+    task_width = max(len(lock.task) for lock in [header, *locks])
+    holder_width = max(len(lock.holder) for lock in [header, *locks])
+    ttl_width = max(map(len, ttl_texts))
+    for lock, ttl in zip([header, *locks], ttl_texts):
+        yield (
+            f"{lock.key:<{key_width}}  {lock.task:<{task_width}}  "
+            f"{lock.holder:<{holder_width}}  {ttl:>{ttl_width}}"
+        )
+
+
+def _json_object(lock: Lock) -> str:
+    # Written by hand with json's C string escaper: json.dumps per row costs seconds per million.
+    ttl = lock.ttl
+    return (
+        f'{{"key": {_quote(lock.key)}, "task": {_quote(lock.task)}, "holder": {_quote(lock.holder)}, '
+        f'"ttl": {"null" if ttl is None else float.__repr__(ttl)}}}'
+    )
+
+
+def _json_lines(locks: list[Lock]) -> Iterator[str]:
+    if not locks:
+        yield "[]"
+        return
+    last = len(locks) - 1
+    yield "["
+    for index, lock in enumerate(locks):
+        yield "  " + _json_object(lock) + ("," if index < last else "")
+    yield "]"
+
+
+def _echo_lines(cli: CLIContext, lines: Iterable[str]) -> None:
+    # One write per chunk, not per line: a million rows print in a second, not a minute.
+    chunk: list[str] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) >= BATCH:
+            cli.echo("\n".join(chunk))
+            chunk = []
+    if chunk:
+        cli.echo("\n".join(chunk))
+
+
+def _plural(count: int) -> str:
+    return f"{count} lock(s)"
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+def _task_option(group: str) -> Callable[[_F], _F]:
+    return click.option(
+        "--task",
+        cls=CeleryOption,
+        metavar="NAME",
+        help="Only the locks of this task (its registered name).",
+        help_group=group,
+    )
+
+
+def _flag(*decls: str, text: str, group: str) -> Callable[[_F], _F]:
+    return click.option(*decls, cls=CeleryOption, is_flag=True, help=text, help_group=group)
+
+
+@click.group(name="redislock")
+@click.pass_context
+@handle_preload_options
+def redislock(ctx: click.Context, **kwargs: Any) -> None:
+    """List, release and purge celery_redislock locks.
+
+    A lock removed here while its task still runs is taken back by that
+    task's next renewal; these commands are for locks left behind.
+    """
+
+
+@redislock.command(name="list", cls=CeleryCommand)
+@_task_option("List Options")
+@_flag(
+    "--json",
+    "as_json",
+    text='Print a JSON array of {"key", "task", "holder", "ttl"} (ttl in seconds, null: none).',
+    group="List Options",
+)
+@click.pass_context
+@_redis_errors
+def list_(ctx: click.Context, task: str | None, as_json: bool) -> None:
+    """Show the held locks: key, task, holder id and TTL left in seconds; then what the dedup
+    modes keep (keep_latest's and debounce's latest call, a debounced burst's start)."""
+    _check_task_name(task)
+    runtime = _runtime(ctx)
+    locks = sorted(held_locks(runtime, task), key=_by_key)
+    pattern = glob_escape(runtime.settings.key_prefix) + ":" + (glob_escape(task) + ":*" if task else "*")
+    modes = sorted((Lock(*row) for row in mode_keys(runtime, pattern, task)), key=_by_key)
+    cli = _cli(ctx)
+    if as_json:
+        _echo_lines(cli, _json_lines(locks + modes))
+        return
+    if locks or modes:
+        _echo_lines(cli, _table(locks + modes))
+    cli.echo(f"{_plural(len(locks))} held" + (f", {len(modes)} mode key(s)" if modes else ""))
+
+
+@redislock.command(cls=CeleryCommand)
+@click.argument("key")
+@_flag(
+    "-y",
+    "--yes",
+    text="Do not ask for confirmation (only asked when stdin is a terminal).",
+    group="Release Options",
+)
+@click.pass_context
+@_redis_errors
+def release(ctx: click.Context, key: str, yes: bool) -> None:
+    """Delete the lock KEY, whoever holds it.
+
+    Asks for confirmation when stdin is a terminal, unless --yes; a script
+    (stdin not a terminal) names the key it releases, so it is not asked.
+    """
+    runtime = _runtime(ctx)
+    prefix = runtime.settings.key_prefix
+    try:
+        key_prefix, _, _ = parse_key(key)
+    except ValueError:
+        key_prefix = None
+    if key_prefix != prefix:
+        raise CeleryCommandException(
+            f"{key!r} is not a lock key under prefix {prefix!r} (keys look like {prefix}:<task>:<digest>)",
+            EX_FAILURE,
+        )
+    if _release_slots(ctx, runtime, key, yes):
+        return
+    engine = runtime.engine
+    holder = engine.holder_of(key)
+    if holder is None:
+        raise CeleryCommandException(f"No lock {key}", EX_FAILURE)
+    if not yes and _interactive():
+        click.confirm(f"Release {key} (held by {holder})?", abort=True)
+    # Compare-and-delete: a lock that changed hands since it was shown is left alone.
+    if not engine.release(key, holder, notify=runtime.release_channel(key)):
+        now = engine.holder_of(key)
+        state = "has expired" if now is None else f"is now held by {now}"
+        raise CeleryCommandException(f"Lock {key} was not released: it {state}", EX_FAILURE)
+    _cli(ctx).echo(f"Released {key} (held by {holder})")
+
+
+def _release_slots(ctx: click.Context, runtime: Runtime, key: str, yes: bool) -> bool:
+    """``release`` of a semaphore's key (max_concurrency > 1): give back the slots of the
+    holders it shows (compare-and-remove: a holder that came since stays). False: not one."""
+    state = runtime.semaphores.state(key)
+    if state is None or not state.holders:
+        return False
+    holders = [holder for holder, _ in state.holders]
+    shown = ", ".join(holders)
+    if not yes and _interactive():
+        click.confirm(f"Release {key} (held by {shown})?", abort=True)
+    released = runtime.semaphores.release_holders(key, holders, notify=runtime.release_channel(key))
+    _cli(ctx).echo(f"Released {released} of {len(holders)} holder(s) of {key} ({shown})")
+    return True
+
+
+@redislock.command(cls=CeleryCommand)
+@_task_option("Purge Options")
+@_flag(
+    "-y",
+    "--yes",
+    text="Do not ask for confirmation; required when stdin is not a terminal.",
+    group="Purge Options",
+)
+@_flag("-v", "--verbose", text="Print each removed key.", group="Purge Options")
+@click.pass_context
+@_redis_errors
+def purge(ctx: click.Context, task: str | None, yes: bool, verbose: bool) -> None:
+    """Delete every lock of the app (or of one task).
+
+    Asks "Remove N lock(s)?" when stdin is a terminal, unless --yes. When
+    stdin is not a terminal it refuses (exit code 2) unless --yes is given.
+    """
+    _check_task_name(task)
+    if not yes and not _interactive():
+        raise CeleryCommandException(
+            "refusing to purge locks without confirmation: stdin is not a terminal; pass --yes",
+            EXIT_NOT_CONFIRMED,
+        )
+    runtime = _runtime(ctx)
+    cli = _cli(ctx)
+    if not yes:
+        found = sum(len(batch) for batch in _scan_locks(runtime, task))
+        if not found:
+            cli.echo(f"Purged {_plural(0)}")
+            return
+        click.confirm(f"Remove {_plural(found)}?", abort=True)
+    count = 0
+
+    def removed(key: str) -> None:
+        nonlocal count
+        count += 1
+        if verbose:
+            cli.echo(key)
+
+    try:
+        _purge(runtime, task, removed)
+    except REDIS_ERRORS as exc:
+        raise _redis_failure(
+            ctx, exc, f" ({_plural(count)} purged before the error)" if count else ""
+        ) from None
+    cli.echo(f"Purged {_plural(count)}")
