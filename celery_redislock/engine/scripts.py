@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import redis
 from redis.commands.core import Script
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
 from . import conditional_delete
@@ -107,7 +108,7 @@ class PooledCalls:
                 connection = self._held
                 if connection is None:
                     connection = self._held = self._pool.get_connection(*self._name)
-                return _call(connection, args)
+                return _call(connection, args, held=True)
             finally:
                 guard.release()
         pool = self._pool
@@ -169,16 +170,20 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_held_connections)
 
 
-def _call(connection: Any, args: Sequence[Any]) -> Any:
+def _call(connection: Any, args: Sequence[Any], *, held: bool = False) -> Any:
     """``args`` sent on ``connection`` and its reply read; a failure goes to the client's
     ``Retry``, an interruption drops the connection (a reply left unread would be the next
-    command's)."""
+    command's). ``held``: a connection kept between calls, which found its server gone (a
+    restart) is made again once, at once, as the pool does for an idle one it hands out."""
     try:
         connection.send_command(*args)
         return connection.read_response()
     except ResponseError:  # the server's answer: the connection is in order
         raise
     except Exception as error:
+        if held and isinstance(error, (RedisConnectionError, OSError)):
+            connection.disconnect()
+            return _call(connection, args)
         return _retry(connection, args, error)
     except BaseException:
         _drop(connection)
