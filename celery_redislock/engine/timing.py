@@ -1,8 +1,13 @@
-"""The durations every part of the package shares, and seconds as Redis' milliseconds."""
+"""The durations every part of the package shares, seconds as Redis' milliseconds, and the
+Redis server's clock."""
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_RETRY_DELAY", "DEFAULT_TIMEOUT", "renew_interval", "to_ms"]
+from typing import Any
+
+from .leases import Client
+
+__all__ = ["DEFAULT_RETRY_DELAY", "DEFAULT_TIMEOUT", "renew_interval", "server_time", "to_ms"]
 
 #: Seconds a lock lives without renewal, unless told otherwise (``RedisLock``'s ``timeout``,
 #: a task's ``lock_timeout``).
@@ -23,3 +28,12 @@ def to_ms(seconds: float, minimum: int = 1) -> int:
     """``seconds`` in whole milliseconds, the nearest, at least ``minimum``: Redis TTLs are
     whole milliseconds and ``PX 0`` is an error, hence the floor of 1 for a TTL."""
     return max(minimum, round(seconds * 1000))
+
+
+def server_time(client: Client) -> float:
+    """The Redis server's clock (TIME), in seconds since the epoch."""
+    reply: Any = client.time()
+    if isinstance(reply, dict):  # a cluster client asks one node, keyed by its name
+        reply = next(iter(reply.values()))
+    seconds, microseconds = reply
+    return int(seconds) + int(microseconds) / 1e6
