@@ -5,8 +5,6 @@ from __future__ import annotations
 import reprlib
 from typing import Any
 
-from .engine.holders import task_id_of
-
 _repr = reprlib.Repr()
 _repr.maxstring = 60
 _repr.maxother = 60
@@ -112,25 +110,21 @@ class DuplicateTaskError(RedisLockError):
     """A task's lock is held by another execution (``on_duplicate="raise"``, or a skip).
 
     ``task_id`` is the refused task's id, ``holder`` the id of the execution (or of the call,
-    ``{task id}@queued``) holding ``key``; ``holder_task_id`` that holder's task id.
+    ``{task id}@queued``) holding ``key``; ``holder_task_id`` that holder's task id, for
+    ``AsyncResult(error.holder_task_id)`` (read from the holder id by whoever raises it).
     """
 
-    def __init__(self, task: str, task_id: str, key: str, holder: str) -> None:
+    def __init__(self, task: str, task_id: str, key: str, holder: str, holder_task_id: str) -> None:
         self.task = task
         self.task_id = task_id
         self.key = key
         self.holder = holder
+        self.holder_task_id = holder_task_id
         # args are the constructor's, so result backends can re-create the error.
-        super().__init__(task, task_id, key, holder)
+        super().__init__(task, task_id, key, holder, holder_task_id)
 
     def __str__(self) -> str:
         return f"Duplicate {self.task}[{self.task_id}]: {self.key} is held by {self.holder}"
-
-    @property
-    def holder_task_id(self) -> str:
-        """The task id of the holder, for ``AsyncResult(error.holder_task_id)``: every holder id
-        starts with it, escaped (``holders.task_id_of``)."""
-        return task_id_of(self.holder)
 
 
 class LockUnavailableError(RedisLockError):

@@ -13,11 +13,12 @@ from typing import Any, ClassVar
 from celery import Celery
 
 from .. import SingletonTask  # through the package: loads what the Celery integration needs
-from ..config.options import LockOptions, check_argument, source_task
+from ..config.arguments import KEY_HEADER
+from ..config.options import APP_CONFIGURATION, LockOptions, source_task
 from ..config.urls import make_client, resolve_redis_url
 from ..engine import LockEngine, LockInfo, make_engine
+from ..engine.checks import check_argument
 from ..engine.holders import task_id_of
-from ..engine.keys import KEY_HEADER
 from ..engine.leases import REDIS_ERRORS
 from ..errors import OptionError
 from ..integration.runtime import SOCKET_TIMEOUT, reset_runtime, run_function, runtime_for
@@ -97,7 +98,7 @@ class Legacy:
         """DEL the old key as the old library did after a run; with ``task_id``, only while it
         holds that task id (celery-singleton's value), compare-and-delete."""
         if task_id is None:
-            self.engine.client.delete(key)
+            self.engine.delete_many([key])
         else:
             self.engine.release(key, task_id)
 
@@ -163,7 +164,7 @@ class CompatTask(SingletonTask):
             enabled = app.conf.get(LEGACY_SETTING, False)
             if not isinstance(enabled, bool):
                 problem = f"must be True or False, got {enabled!r}"
-                raise OptionError(LEGACY_SETTING, "app configuration", problem)
+                raise OptionError(LEGACY_SETTING, APP_CONFIGURATION, problem)
             url = type(self).peer_url(app) or runtime_for(app).settings.url
             cached[self.compat_family] = Legacy(url) if enabled else None
         return cached[self.compat_family]

@@ -9,8 +9,9 @@ from typing import Any, ClassVar
 from celery import Celery, states
 from celery.result import EagerResult
 
-from ..config.options import source_task
+from ..config.options import APP_CONFIGURATION, source_task
 from ..engine.holders import queued_id
+from ..engine.timing import to_ms
 from ..engine.waiting import wait_for
 from ..errors import DuplicateTaskError, OptionError
 from ..integration.runtime import runtime_for
@@ -35,7 +36,7 @@ class AlreadyQueued(DuplicateTaskError):
     def __init__(
         self, countdown: float, task: str = "", task_id: str = "", key: str = "", holder: str = ""
     ) -> None:
-        super().__init__(task, task_id, key, holder)
+        super().__init__(task, task_id, key, holder, task_id)
         self.countdown = countdown
         self.message = f"Expires in {countdown} seconds"
         self.args = (countdown, task, task_id, key, holder)  # so it pickles back to itself
@@ -60,7 +61,7 @@ def once_settings(app: Celery) -> Mapping[str, Any]:
     conf = app.conf.get(_SETTINGS)
     if conf is None:
         return {}
-    source = "app configuration"
+    source = APP_CONFIGURATION
     if not isinstance(conf, Mapping):
         raise OptionError(_SETTINGS, source, f"must be a dict with 'backend' and 'settings', got {conf!r}")
     backend = conf.get("backend", REDIS_BACKEND)
@@ -154,7 +155,7 @@ class QueueOnce(CompatTask):
         wait = (
             None
             if timeout is None
-            else seconds(timeout, "ONCE['settings']['blocking_timeout']", "app configuration")
+            else seconds(timeout, "ONCE['settings']['blocking_timeout']", APP_CONFIGURATION)
         )
         runtime = runtime_for(self.app)
         return wait_for(
@@ -175,7 +176,7 @@ class QueueOnce(CompatTask):
         plan = runtime.plan(self, getattr(queue, "name", queue) if queue is not None else None)
         key = plan.key(self, tuple(args or ()), dict(kwargs or {}))
         queued = queued_id(task_id)
-        ttl_ms = queued_ttl_ms(max(1, round(ttl * 1000)), message_expires(self, options))
+        ttl_ms = queued_ttl_ms(to_ms(ttl), message_expires(self, options))
         runtime.engine.transfer(key, queued, queued, ttl_ms)
 
 

@@ -13,16 +13,17 @@ import redis
 from celery import Celery
 
 from .. import errors
+from ..config.options import APP_CONFIGURATION
 from ..engine.holders import held_by_no_execution
+from ..engine.keys import glob_escape
 from ..errors import OptionError
 from ..integration.runtime import runtime_for
-from ..ops.cli import glob_escape, held_locks
+from ..ops.listing import held_locks
 from ._common import CompatTask, Legacy, flag, lock_key_of, seconds, signature_arguments
 
 __all__ = ["DuplicateTaskError", "Singleton", "clear_locks", "legacy_singleton_key"]
 
 REDIS_BACKEND = "celery_singleton.backends.redis.RedisBackend"
-_APP = "app configuration"
 #: celery-singleton's default key prefix.
 DEFAULT_PREFIX = "SINGLETONLOCK_"
 
@@ -48,13 +49,13 @@ def _check_backend(app: Celery) -> None:
     if name != REDIS_BACKEND:
         raise OptionError(
             "singleton_backend_class",
-            _APP,
+            APP_CONFIGURATION,
             f"{name!r} is not supported: celery_redislock keeps its locks in Redis (leave it unset)",
         )
     if _conf(app, "singleton_backend_kwargs", {}):
         raise OptionError(
             "singleton_backend_kwargs",
-            _APP,
+            APP_CONFIGURATION,
             "is not supported: put the connection options in the URL (redislock_url)",
         )
 
@@ -99,7 +100,9 @@ class Singleton(CompatTask):
         if self.raise_on_duplicate is not None:
             return self.raise_on_duplicate
         return flag(
-            _conf(self.app, "singleton_raise_on_duplicate", False), "singleton_raise_on_duplicate", _APP
+            _conf(self.app, "singleton_raise_on_duplicate", False),
+            "singleton_raise_on_duplicate",
+            APP_CONFIGURATION,
         )
 
     def apply_async(
@@ -109,7 +112,9 @@ class Singleton(CompatTask):
         ``AsyncResult``, or raise DuplicateTaskError with ``raise_on_duplicate``."""
         result, refusal = self.send(args, kwargs, task_id, rest, options)
         if refusal is not None and self.raises_on_duplicate():
-            raise DuplicateTaskError(self.name, refusal.holder_task_id, refusal.key, refusal.holder or "")
+            raise DuplicateTaskError(
+                self.name, refusal.holder_task_id, refusal.key, refusal.holder or "", refusal.holder_task_id
+            )
         return result
 
     # -- the transition: celery-singleton's keys (value: the holder's task id) ---------------
@@ -175,11 +180,12 @@ def _clear_legacy(app: Celery) -> int:
     """Delete celery-singleton's keys (``<prefix>*``), as its clear_locks did."""
     url = Singleton.peer_url(app) or runtime_for(app).settings.url
     prefix = str(_conf(app, "singleton_key_prefix", DEFAULT_PREFIX))
-    client = Legacy(url).engine.client
+    engine = Legacy(url).engine
+    client = engine.client
     removed = 0
     try:
-        for key in client.scan_iter(match=glob_escape(prefix) + "*", count=1000):
-            removed += int(client.delete(key))
+        for batch in engine.scan_batches(glob_escape(prefix) + "*"):
+            removed += sum(engine.delete_many(batch))
     finally:
         if isinstance(client, redis.Redis):
             client.close()

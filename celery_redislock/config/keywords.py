@@ -10,8 +10,8 @@ from typing import Any
 
 from celery import Task
 
-from ..errors import OptionError
-from .options import OPTION_NAMES, _show, _unknown, source_task
+from ..errors import OptionError, short_repr
+from .options import OPTION_NAMES, source_task, unknown_option
 
 __all__ = [
     "CELERY_TASK_KEYWORDS",
@@ -31,7 +31,7 @@ CLOSE_TO_OPTION = 0.8
 
 def _arg(value: Any) -> str:
     """A value as the keyword argument a user would write: lists as lists."""
-    return _show(list(value) if isinstance(value, tuple) else value)
+    return short_repr(list(value) if isinstance(value, tuple) else value)
 
 
 def _from_once(once: Any) -> str:
@@ -113,7 +113,7 @@ def check_task_keywords(keywords: Mapping[str, Any], source: str) -> None:
                 f"is a {package} option, which SingletonTask ignores; write {replacement(value)}",
             )
         if difflib.get_close_matches(name, OPTION_NAMES, n=1, cutoff=CLOSE_TO_OPTION):
-            raise OptionError(name, source, _unknown(name))
+            raise OptionError(name, source, unknown_option(name))
 
 
 #: Keywords ``@app.task`` takes that are not attributes of ``celery.Task``: the autoretry ones

@@ -6,11 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..engine.checks import number_text
+
 __all__ = ["mode_clash"]
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if x.is_integer() else repr(x)
 
 
 def mode_clash(options: Mapping[str, Any], limit: int, *, merged: bool) -> tuple[str, str, str] | None:
@@ -58,7 +56,11 @@ def _debounce_clash(options: Mapping[str, Any], limit: int, *, merged: bool) -> 
     if debounce is None:  # a debounce_max alone may be a layer's default for debounced tasks
         return None
     if most is not None and most < debounce:
-        return "debounce_max", f"must be >= debounce ({_num(debounce)}), got {_num(most)}", "debounce"
+        return (
+            "debounce_max",
+            f"must be >= debounce ({number_text(debounce)}), got {number_text(most)}",
+            "debounce",
+        )
     if options.get("lock_on") == "enqueue":
         problem = "cannot be used with lock_on='enqueue' (every call of a burst is sent, the latest runs)"
         return "debounce", problem, "lock_on"

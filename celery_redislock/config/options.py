@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import difflib
 import functools
-import math
-import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, Optional, Union, get_args
 
-from ..engine.keys import LockKeyFunc
+from ..engine.checks import (
+    BadValue,
+    check_count,
+    check_flag,
+    got,
+    non_negative_seconds,
+    number_text,
+    positive_seconds,
+)
+from ..engine.timing import DEFAULT_TIMEOUT, renew_interval, to_ms
 from ..errors import OptionError, short_repr
+from .arguments import LockKeyFunc
 from .mode_rules import mode_clash
 
 __all__ = [
+    "APP_CONFIGURATION",
     "OPTION_NAMES",
     "LockKey",
     "LockKeyFunc",
@@ -23,10 +32,10 @@ __all__ = [
     "LockUntil",
     "OnDuplicate",
     "OnRedisError",
-    "check_argument",
     "resolve",
     "source_queue",
     "source_task",
+    "unknown_option",
     "validate",
 ]
 
@@ -38,11 +47,6 @@ OnRedisError = Literal["retry", "run", "fail"]
 LockKey = Optional[Union[tuple[str, ...], LockKeyFunc]]
 
 
-def _ms(seconds: float, minimum: int = 1) -> int:
-    # Redis TTLs are whole milliseconds and PX 0 is an error, hence the floor.
-    return max(minimum, round(seconds * 1000))
-
-
 @dataclass(frozen=True)
 class LockOptions:
     """The options of one task consumed from one queue; defaults are SPEC section 2.
@@ -50,7 +54,7 @@ class LockOptions:
     Constructing one validates it (source ``LockOptions``), so an instance is always usable.
     """
 
-    lock_timeout: float = 30.0
+    lock_timeout: float = DEFAULT_TIMEOUT
     renew_interval: float | None = None
     lock_key: LockKey = None
     on_duplicate: OnDuplicate = "skip"
@@ -78,44 +82,44 @@ class LockOptions:
     @functools.cached_property
     def timeout_ms(self) -> int:
         """``lock_timeout`` in whole milliseconds (at least 1)."""
-        return _ms(self.lock_timeout)
+        return to_ms(self.lock_timeout)
 
     @functools.cached_property
     def renew_interval_s(self) -> float:
         """The effective renew interval: ``renew_interval``, or ``lock_timeout / 3``."""
         if self.renew_interval is None:
-            return self.lock_timeout / 3
+            return renew_interval(self.lock_timeout)
         return self.renew_interval
 
     @property
     def renew_interval_ms(self) -> int:
         """The effective renew interval in whole milliseconds (at least 1)."""
-        return _ms(self.renew_interval_s)
+        return to_ms(self.renew_interval_s)
 
     @property
     def throttle_ms(self) -> int:
         """``throttle`` in whole milliseconds (0 when not throttled)."""
-        return 0 if self.throttle is None else _ms(self.throttle)
+        return 0 if self.throttle is None else to_ms(self.throttle)
 
     @property
     def debounce_ms(self) -> int:
         """``debounce`` in whole milliseconds (0 when not debounced)."""
-        return 0 if self.debounce is None else _ms(self.debounce)
+        return 0 if self.debounce is None else to_ms(self.debounce)
 
     @property
     def debounce_max_ms(self) -> int:
         """``debounce_max`` in whole milliseconds (0: no bound)."""
-        return 0 if self.debounce_max is None else _ms(self.debounce_max)
+        return 0 if self.debounce_max is None else to_ms(self.debounce_max)
 
     @property
     def queued_timeout_ms(self) -> int:
         """``queued_timeout`` in whole milliseconds (at least 1)."""
-        return _ms(self.queued_timeout)
+        return to_ms(self.queued_timeout)
 
     @property
     def acquire_timeout_ms(self) -> int:
         """``acquire_timeout`` in whole milliseconds (0 means do not wait)."""
-        return _ms(self.acquire_timeout, minimum=0)
+        return to_ms(self.acquire_timeout, minimum=0)
 
 
 OPTION_NAMES: frozenset[str] = frozenset(f.name for f in fields(LockOptions))
@@ -124,75 +128,27 @@ OPTION_NAMES: frozenset[str] = frozenset(f.name for f in fields(LockOptions))
 # --- validation of one layer ----------------------------------------------------------------
 
 
-class _Bad(Exception):
-    """Internal: a value is wrong; carries the problem text OptionError puts after the name."""
-
-
-_show = short_repr
-
-
-def _got(value: Any, *, wrong_type: bool) -> str:
-    if not wrong_type:
-        return f"got {_show(value)}"
-    if isinstance(value, bool):
-        return f"got {value!r} (a bool, not a number)"
-    return f"got {_show(value)} (a {type(value).__name__})"
-
-
-def _seconds(allowed: str, *, zero_ok: bool) -> Callable[[Any], float]:
-    def check(value: Any) -> float:
-        what = f"must be a number of seconds {allowed}"
-        # bool is an int subclass, but lock_timeout=True is a mistake, never a duration.
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise _Bad(f"{what}, {_got(value, wrong_type=True)}")
-        try:
-            seconds = float(value)
-        except (OverflowError, ValueError, TypeError):
-            raise _Bad(f"{what}, {_got(value, wrong_type=False)}") from None
-        if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero_ok):
-            raise _Bad(f"{what}, {_got(value, wrong_type=False)}")
-        return seconds
-
-    return check
-
-
 def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
     def check(value: Any) -> str:
         allowed = ", ".join(repr(c) for c in choices)
         if not isinstance(value, str):
-            raise _Bad(f"must be one of {allowed}, {_got(value, wrong_type=True)}")
+            raise BadValue(f"must be one of {allowed}, {got(value, wrong_type=True)}")
         if value not in choices:
             close = difflib.get_close_matches(value.lower(), choices, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise _Bad(f"must be one of {allowed}, {_got(value, wrong_type=False)}{hint}")
+            raise BadValue(f"must be one of {allowed}, {got(value, wrong_type=False)}{hint}")
         return value
 
     return check
-
-
-def _check_bool(value: Any) -> bool:
-    # 0/1 or "yes" would be guesses; a config that means a flag can say True or False.
-    if not isinstance(value, bool):
-        raise _Bad(f"must be True or False, {_got(value, wrong_type=True)}")
-    return value
 
 
 def _check_optional_seconds(value: Any) -> float | None:
     if value is None:
         return None
     try:
-        return _positive_seconds(value)
-    except _Bad as bad:
-        raise _Bad(str(bad).replace("must be", "must be None or", 1)) from None
-
-
-def _check_max_concurrency(value: Any) -> int:
-    what = "must be an int >= 1"
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise _Bad(f"{what}, {_got(value, wrong_type=True)}")
-    if value < 1:
-        raise _Bad(f"{what}, {_got(value, wrong_type=False)}")
-    return int(value)
+        return positive_seconds(value)
+    except BadValue as bad:
+        raise BadValue(str(bad).replace("must be", "must be None or", 1)) from None
 
 
 def _check_lock_key(value: Any) -> LockKey:
@@ -201,65 +157,57 @@ def _check_lock_key(value: Any) -> LockKey:
         return None
     if isinstance(value, str):
         # A str is a sequence of one-letter names; almost surely ["name"] was meant.
-        got = _got(value, wrong_type=True)
-        raise _Bad(f"{what}, {got}; write [{value!r}] to lock on that argument")
+        shown = got(value, wrong_type=True)
+        raise BadValue(f"{what}, {shown}; write [{value!r}] to lock on that argument")
     if isinstance(value, (list, tuple)):
         # Empty is allowed: no argument in the key, so one execution of the task at a time
         # whatever its arguments (celery-once's ``keys: []``).
         seen: set[str] = set()
         for item in value:
             if not isinstance(item, str) or not item:
-                raise _Bad(f"{what}, got {_show(value)}: {_show(item)} is not an argument name")
+                raise BadValue(f"{what}, got {short_repr(value)}: {short_repr(item)} is not an argument name")
             if item in seen:
-                raise _Bad(f"{what}, got {_show(value)}: {item!r} is listed twice")
+                raise BadValue(f"{what}, got {short_repr(value)}: {item!r} is listed twice")
             seen.add(item)
         return tuple(value)
     if callable(value):
         func: LockKeyFunc = value
         return func
-    raise _Bad(f"{what}, {_got(value, wrong_type=True)}")
+    raise BadValue(f"{what}, {got(value, wrong_type=True)}")
 
-
-_positive_seconds = _seconds("> 0", zero_ok=False)
-_non_negative_seconds = _seconds(">= 0", zero_ok=True)
 
 _CHECKS: dict[str, Callable[[Any], Any]] = {
-    "lock_timeout": _positive_seconds,
+    "lock_timeout": positive_seconds,
     "renew_interval": _check_optional_seconds,
     "lock_key": _check_lock_key,
     "on_duplicate": _choice(get_args(OnDuplicate)),
-    "acquire_timeout": _non_negative_seconds,
-    "retry_countdown": _non_negative_seconds,
-    "release_on_retry": _check_bool,
+    "acquire_timeout": non_negative_seconds,
+    "retry_countdown": non_negative_seconds,
+    "release_on_retry": check_flag,
     "lock_on": _choice(get_args(LockOn)),
-    "queued_timeout": _positive_seconds,
+    "queued_timeout": positive_seconds,
     "on_redis_error": _choice(get_args(OnRedisError)),
-    "max_concurrency": _check_max_concurrency,
+    "max_concurrency": check_count,
     "lock_until": _choice(get_args(LockUntil)),
     "throttle": _check_optional_seconds,
-    "keep_latest": _check_bool,
+    "keep_latest": check_flag,
     "debounce": _check_optional_seconds,
     "debounce_max": _check_optional_seconds,
-    "fencing": _check_bool,
+    "fencing": check_flag,
 }
 assert set(_CHECKS) == OPTION_NAMES, "every option of LockOptions needs a check"
 
 
-def _unknown(name: Any) -> str:
+def unknown_option(name: Any) -> str:
     known = ", ".join(sorted(OPTION_NAMES))
     close = difflib.get_close_matches(name, OPTION_NAMES, n=1) if isinstance(name, str) else []
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"is unknown{hint}; known options: {known}"
 
 
-def _num(x: float) -> str:
-    # 20 reads better than 20.0 for the value a user most likely wrote as 20.
-    return str(int(x)) if x.is_integer() else repr(x)
-
-
 def _renew_too_long(renew: float, timeout: float, renew_from: str, timeout_from: str) -> str:
     return (
-        f"must be < lock_timeout ({_num(timeout)}{timeout_from}), got {_num(renew)}{renew_from}; "
+        f"must be < lock_timeout ({number_text(timeout)}{timeout_from}), got {number_text(renew)}{renew_from}; "
         f"lower it, or leave renew_interval unset to renew every lock_timeout / 3"
     )
 
@@ -279,10 +227,10 @@ def validate(options: Mapping[str, Any], source: str, *, merged: bool = False) -
     for name, value in options.items():
         check = _CHECKS.get(name) if isinstance(name, str) else None
         if check is None:
-            raise OptionError(str(name), source, _unknown(name))
+            raise OptionError(str(name), source, unknown_option(name))
         try:
             result[name] = check(value)
-        except _Bad as bad:
+        except BadValue as bad:
             raise OptionError(name, source, str(bad)) from None
     renew, timeout = result.get("renew_interval"), result.get("lock_timeout")
     if renew is not None and timeout is not None and renew >= timeout:
@@ -336,26 +284,11 @@ def _fencing_clash(options: Mapping[str, Any], limit: int) -> tuple[str, str, st
     return None
 
 
-#: Checks of the arguments of ``RedisLock`` and ``RedisSemaphore``, by kind.
-_ARGUMENT_CHECKS: dict[str, Callable[[Any], Any]] = {
-    "seconds": _positive_seconds,
-    "seconds or 0": _non_negative_seconds,
-    "count": _check_max_concurrency,
-    "flag": _check_bool,
-}
-
-
-def check_argument(kind: str, name: str, value: Any, source: str) -> Any:
-    """Check a constructor argument of kind ``"seconds"`` (> 0), ``"seconds or 0"``,
-    ``"count"`` (an int >= 1) or ``"flag"``; returns it normalised, or raises OptionError
-    naming ``name`` and ``source`` (``RedisLock('jobs')``)."""
-    try:
-        return _ARGUMENT_CHECKS[kind](value)
-    except _Bad as bad:
-        raise OptionError(name, source, str(bad)) from None
-
-
 # --- resolution across layers ---------------------------------------------------------------
+
+
+#: How errors name the app's own settings (``redislock_*`` and a peer's).
+APP_CONFIGURATION = "app configuration"
 
 
 def source_task(name: str) -> str:

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import OptionError, RedisTLSError, RedisURLError
-from .options import LockOptions, _Bad, _got, _show, resolve, source_queue, source_task, validate
+from ..engine.checks import BadValue, got
+from ..errors import OptionError, RedisTLSError, RedisURLError, short_repr
+from .options import APP_CONFIGURATION, LockOptions, resolve, source_queue, source_task, validate
 from .urls import (
     SSL_OPTION_NAMES,
     TRANSPORT_OPTION_DEFAULTS,
@@ -48,8 +49,6 @@ SETTING_DEFAULTS: dict[str, Any] = {
     # broker_use_ssl, result_backend's redis_backend_use_ssl).
     "redislock_use_ssl": None,
 }
-
-_APP = "app configuration"
 
 
 @dataclass(frozen=True)
@@ -130,8 +129,10 @@ def read_settings(conf: Mapping[str, Any]) -> AppSettings:
     """
     prefix = _setting(conf, "redislock_key_prefix")
     if not isinstance(prefix, str) or not prefix or any(c.isspace() for c in prefix):
-        got = _got(prefix, wrong_type=not isinstance(prefix, str))
-        raise OptionError("redislock_key_prefix", _APP, f"must be a non-empty str without whitespace, {got}")
+        shown = got(prefix, wrong_type=not isinstance(prefix, str))
+        raise OptionError(
+            "redislock_key_prefix", APP_CONFIGURATION, f"must be a non-empty str without whitespace, {shown}"
+        )
 
     options = _setting(conf, "redislock_options")
     if options is None:
@@ -139,8 +140,8 @@ def read_settings(conf: Mapping[str, Any]) -> AppSettings:
     if not isinstance(options, Mapping):
         raise OptionError(
             "redislock_options",
-            _APP,
-            f"must be a dict of option name -> value, {_got(options, wrong_type=True)}",
+            APP_CONFIGURATION,
+            f"must be a dict of option name -> value, {got(options, wrong_type=True)}",
         )
     app_layer = validate(options, "redislock_options")
 
@@ -150,22 +151,22 @@ def read_settings(conf: Mapping[str, Any]) -> AppSettings:
     if not isinstance(queues, Mapping):
         raise OptionError(
             "redislock_queues",
-            _APP,
-            f"must be a dict of queue name -> dict of options, {_got(queues, wrong_type=True)}",
+            APP_CONFIGURATION,
+            f"must be a dict of queue name -> dict of options, {got(queues, wrong_type=True)}",
         )
     queue_layers: dict[str, Mapping[str, Any]] = {}
     for name, layer in queues.items():
         if not isinstance(name, str) or not name:
             raise OptionError(
                 "redislock_queues",
-                _APP,
-                f"must be keyed by queue name (a non-empty str), got key {_show(name)}",
+                APP_CONFIGURATION,
+                f"must be keyed by queue name (a non-empty str), got key {short_repr(name)}",
             )
         if not isinstance(layer, Mapping):
             raise OptionError(
                 "redislock_queues",
-                _APP,
-                f"must map each queue name to a dict of options, got {_show(layer)} "
+                APP_CONFIGURATION,
+                f"must map each queue name to a dict of options, got {short_repr(layer)} "
                 f"(a {type(layer).__name__}) for queue {name!r}",
             )
         queue_layers[name] = MappingProxyType(validate(layer, source_queue(name)))
@@ -210,7 +211,9 @@ def validate_transport_options(value: Any, source: str, *, inherited: bool = Fal
         value = {}
     if not isinstance(value, Mapping):
         raise OptionError(
-            source, _APP, f"must be a dict of option name -> value, {_got(value, wrong_type=True)}"
+            source,
+            APP_CONFIGURATION,
+            f"must be a dict of option name -> value, {got(value, wrong_type=True)}",
         )
     result: dict[str, Any] = {}
     for name, item in value.items():
@@ -223,7 +226,7 @@ def validate_transport_options(value: Any, source: str, *, inherited: bool = Fal
             raise OptionError(str(name), source, f"is unknown{hint}; known transport options: {known}")
         try:
             result[name] = _TRANSPORT_CHECKS[name](item)
-        except _Bad as bad:
+        except BadValue as bad:
             raise OptionError(name, source, str(bad)) from None
     return result
 
@@ -231,8 +234,8 @@ def validate_transport_options(value: Any, source: str, *, inherited: bool = Fal
 def _check_master_name(value: Any) -> str | None:
     if value is None or (isinstance(value, str) and value and not any(c.isspace() for c in value)):
         return value
-    raise _Bad(
-        f"must be the master's name in the Sentinels' configuration (a str), {_got(value, wrong_type=not isinstance(value, str))}"
+    raise BadValue(
+        f"must be the master's name in the Sentinels' configuration (a str), {got(value, wrong_type=not isinstance(value, str))}"
     )
 
 
@@ -240,15 +243,17 @@ def _check_sentinel_kwargs(value: Any) -> dict[str, Any] | None:
     if value is None:
         return None
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-        raise _Bad(
-            f"must be None or a dict of connection arguments for the Sentinels, {_got(value, wrong_type=True)}"
+        raise BadValue(
+            f"must be None or a dict of connection arguments for the Sentinels, {got(value, wrong_type=True)}"
         )
     return dict(value)
 
 
 def _check_min_other_sentinels(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise _Bad(f"must be an int >= 0, {_got(value, wrong_type=not isinstance(value, numbers.Integral))}")
+        raise BadValue(
+            f"must be an int >= 0, {got(value, wrong_type=not isinstance(value, numbers.Integral))}"
+        )
     return int(value)
 
 
@@ -302,9 +307,9 @@ def validate_ssl_options(value: Any, source: str) -> dict[str, Any] | None:
     if not isinstance(value, Mapping):
         raise OptionError(
             source,
-            _APP,
+            APP_CONFIGURATION,
             f"must be a dict of redis-py's ssl_* connection arguments (ssl_ca_certs, ssl_certfile, "
-            f"ssl_keyfile, ssl_cert_reqs...), True or None, {_got(value, wrong_type=True)}",
+            f"ssl_keyfile, ssl_cert_reqs...), True or None, {got(value, wrong_type=True)}",
         )
     result: dict[str, Any] = {}
     for name, item in value.items():
@@ -336,7 +341,9 @@ def _ssl_options(conf: Mapping[str, Any], url: str, url_setting: str) -> tuple[d
     if options is not None and _scheme(url) == "unix":
         if own is not None:
             raise OptionError(
-                source, _APP, f"sets TLS options, but the lock URL {mask_url(url)!r} is a unix socket"
+                source,
+                APP_CONFIGURATION,
+                f"sets TLS options, but the lock URL {mask_url(url)!r} is a unix socket",
             )
         return None, source  # the broker's TLS is for its TCP URLs; a socket has none
     return options, source

@@ -26,7 +26,11 @@ from .scripts import (
     ttl_arg,
 )
 
-__all__ = ["FENCE_KEEP_MS", "ClusterLockEngine", "LockEngine", "make_engine"]
+__all__ = ["FENCE_KEEP_MS", "SCAN_BATCH", "ClusterLockEngine", "LockEngine", "make_engine"]
+
+#: Keys per SCAN step, and per pipeline of a listing or a purge: each round trip stays short, so
+#: Redis is never blocked for long.
+SCAN_BATCH = 1000
 
 #: How long a key's fence counter outlives its last fenced acquisition (at least twice that
 #: lock's TTL): 7 days. Should it expire (or Redis restart without it), the next token is
@@ -149,10 +153,21 @@ class LockEngine(BatchRenewal):
 
     # -- many keys at once: listing and purging (the CLI) ------------------------------------
 
-    def scan(self, match: str, count: int) -> Iterator[bytes | str]:
+    def scan(self, match: str, count: int = SCAN_BATCH) -> Iterator[bytes | str]:
         """Every key matching the glob ``match``, SCAN ``count`` at a time (never KEYS, which
         blocks Redis); a key may come twice, as SCAN promises no more."""
         yield from self.client.scan_iter(match=match, count=count)
+
+    def scan_batches(self, match: str, size: int = SCAN_BATCH) -> Iterator[list[bytes | str]]:
+        """The keys :meth:`scan` finds, in lists of at most ``size``: one pipeline's worth each."""
+        batch: list[bytes | str] = []
+        for key in self.scan(match, size):
+            batch.append(key)
+            if len(batch) >= size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
 
     def inspect(self, keys: Sequence[bytes | str]) -> list[LockInfo]:
         """Holder id and PTTL of each key, in one pipeline (one round trip per Redis node)."""
@@ -222,7 +237,7 @@ class ClusterLockEngine(LockEngine):
         """The primary serving ``key``'s slot, as the client's slot map says."""
         return self.client.get_node_from_key(key)  # type: ignore[no-untyped-call]
 
-    def scan(self, match: str, count: int) -> Iterator[bytes | str]:
+    def scan(self, match: str, count: int = SCAN_BATCH) -> Iterator[bytes | str]:
         # SCAN walks one node's keyspace: walk every primary's.
         for node in self.client.get_primaries():  # type: ignore[no-untyped-call]
             yield from self.client.scan_iter(match=match, count=count, target_nodes=node)

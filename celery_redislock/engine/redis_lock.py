@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -11,16 +10,17 @@ from typing import Any, Callable, Generic, TypeVar
 
 import redis
 
-from ..config.options import check_argument
 from ..errors import LockAcquireError, LockError, LockNotOwnedError
+from .checks import check_argument
 from .holders import new_holder_id
 from .keys import release_channel
 from .leases import Lease, LeaseEngine
 from .lock_engine import LockEngine, make_engine
 from .renewal import get_renewer
-from .waiting import DEFAULT_RETRY_DELAY, wait_for
+from .timing import DEFAULT_RETRY_DELAY, DEFAULT_TIMEOUT, renew_interval, to_ms
+from .waiting import wait_for
 
-__all__ = ["HeldInRedis", "PerClient", "RedisLock", "lock_engine_for", "new_holder_id", "to_ms"]
+__all__ = ["HeldInRedis", "PerClient", "RedisLock", "lock_engine_for", "new_holder_id"]
 
 _E = TypeVar("_E", bound=LeaseEngine)
 
@@ -151,7 +151,7 @@ class HeldInRedis(ABC, Generic[_E]):
             if acquired:
                 lease = self._lease_for(holder, to_ms(self.timeout))
                 if self.renew:
-                    get_renewer().add(self._engine, lease, self.timeout / 3)
+                    get_renewer().add(self._engine, lease, renew_interval(self.timeout))
                 with self._mutex:
                     self._lease = lease
             return acquired
@@ -190,7 +190,7 @@ class HeldInRedis(ABC, Generic[_E]):
         with self._mutex:
             self._lease = extended
         if self.renew:
-            get_renewer().add(self._engine, extended, seconds / 3)
+            get_renewer().add(self._engine, extended, renew_interval(seconds))
 
     def owned(self) -> bool:
         """Whether this object holds it in Redis now (a snapshot: it may expire next)."""
@@ -239,11 +239,6 @@ class HeldInRedis(ABC, Generic[_E]):
 _Self = TypeVar("_Self", bound="HeldInRedis[Any]")
 
 
-def to_ms(seconds: float) -> int:
-    """Seconds as a TTL in whole milliseconds (at least 1)."""
-    return max(1, math.ceil(seconds * 1000))
-
-
 class RedisLock(HeldInRedis[LockEngine]):
     """A lock in Redis at the key ``name`` (as given, no prefix), usable from any code.
 
@@ -264,7 +259,7 @@ class RedisLock(HeldInRedis[LockEngine]):
         self,
         redis: redis.Redis,
         name: str,
-        timeout: float = 30.0,
+        timeout: float = DEFAULT_TIMEOUT,
         renew: bool = True,
         blocking: bool = True,
         acquire_timeout: float | None = None,

@@ -6,12 +6,13 @@ import logging
 
 import redis
 
-from ..config.options import check_argument
+from .checks import check_argument
 from .keys import release_channel
 from .leases import REDIS_ERRORS, Lease, SemaphoreLease, SlotResult
-from .redis_lock import HeldInRedis, PerClient, to_ms
+from .redis_lock import HeldInRedis, PerClient
 from .semaphore_engine import SemaphoreEngine, make_semaphore_engine
-from .waiting import DEFAULT_RETRY_DELAY, wait_for
+from .timing import DEFAULT_RETRY_DELAY, DEFAULT_TIMEOUT, to_ms
+from .waiting import wait_for
 
 __all__ = ["RedisSemaphore", "semaphore_engine_for", "take_slot", "waiter_ttl"]
 
@@ -108,7 +109,7 @@ class RedisSemaphore(HeldInRedis[SemaphoreEngine]):
         redis: redis.Redis,
         name: str,
         limit: int,
-        timeout: float = 30.0,
+        timeout: float = DEFAULT_TIMEOUT,
         renew: bool = True,
         blocking: bool = True,
         acquire_timeout: float | None = None,

@@ -8,11 +8,9 @@ from typing import Callable, TypeVar
 import redis
 from redis.cluster import RedisCluster
 
-__all__ = ["DEFAULT_RETRY_DELAY", "wait_for"]
+from .timing import DEFAULT_RETRY_DELAY
 
-#: Seconds between attempts when no release notice arrives: a holder that died publishes
-#: nothing when its lock expires, so a waiter re-tries at least this often.
-DEFAULT_RETRY_DELAY = 1.0
+__all__ = ["wait_for"]
 
 _R = TypeVar("_R")
 

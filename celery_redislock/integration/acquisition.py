@@ -42,7 +42,6 @@ from .request_lock import RedisLockInfo, unwatch, watch
 from .runtime import Runtime
 
 __all__ = [
-    "WAIT_FALLBACK_POLL",
     "Execution",
     "Holding",
     "Outcome",
@@ -54,10 +53,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-# The "wait" strategy re-tries at least this often even without a release notice, in case the
-# holder died and its lock expired (an expiry publishes nothing).
-WAIT_FALLBACK_POLL = 1.0
 
 
 class Execution:
@@ -278,7 +273,6 @@ def _wait(execution: Execution) -> AcquireResult:
         lambda: _try_acquire(execution, expect_free=False),
         lambda r: r.acquired,
         execution.options.acquire_timeout,
-        WAIT_FALLBACK_POLL,
     )
     if result.acquired:
         count("waited")
@@ -321,7 +315,6 @@ def _take_slot(engine: SemaphoreEngine, execution: Execution, *, blocking: bool)
         options.timeout_ms,
         blocking=blocking,
         timeout=options.acquire_timeout,
-        retry_delay=WAIT_FALLBACK_POLL,
         # Another delivery of this very message holding a slot is not a co-holder: it is
         # redelivered (see outcomes.on_redelivered).
         siblings=any_delivery_prefix(execution.task_id),

@@ -15,6 +15,7 @@ from ..config.options import LockOptions
 from ..config.settings import AppSettings
 from ..config.urls import mask_url
 from ..engine.counting import count
+from ..engine.holders import task_id_of
 from ..errors import DuplicateTaskError, LockUnavailableError
 from ..signals import send_duplicate
 
@@ -40,7 +41,7 @@ def on_duplicate(task: AnyTask, options: LockOptions, key: str, holder: str) -> 
     ("wait" has waited already). A debounced call waits out the holder instead
     (``debounce.wait_out``)."""
     request = task.request
-    error = DuplicateTaskError(task.name, str(request.id), key, holder)
+    error = DuplicateTaskError(task.name, str(request.id), key, holder, task_id_of(holder))
     strategy = options.on_duplicate
     if options.keep_latest and strategy != "raise":  # replaced: a retry would find it so again
         strategy = "skip"
@@ -92,7 +93,7 @@ def on_redelivered(task: AnyTask, options: LockOptions, key: str, holder: str) -
     either, since the holder may never finish: re-queued to look again once the lock may have
     moved, and dropped then if that task id has finished meanwhile (``finished``)."""
     request = task.request
-    error = DuplicateTaskError(task.name, str(request.id), key, holder)
+    error = DuplicateTaskError(task.name, str(request.id), key, holder, task_id_of(holder))
     if request.is_eager:
         skip(task, error)
     count("retried")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..config.arguments import KEY_HEADER
 from ..engine.counting import count
 from ..engine.holders import holder_prefix
-from ..engine.keys import KEY_HEADER
 from ..engine.leases import REDIS_ERRORS
 from .queues import QUEUE_FIELD
 from .runtime import runtime_for

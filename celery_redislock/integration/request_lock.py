@@ -8,18 +8,10 @@ from typing import Any
 
 from ..engine.leases import Client, Lease
 from ..engine.renewal import LeaseEvent, add_listener
+from ..engine.timing import server_time
 from ..signals import lock_lost, lock_retaken, send_lease_event
 
-__all__ = ["RedisLockInfo", "server_time", "unwatch", "watch"]
-
-
-def server_time(client: Client) -> float:
-    """The Redis server's clock (TIME), in seconds since the epoch."""
-    reply: Any = client.time()
-    if isinstance(reply, dict):  # a cluster client asks one node, keyed by its name
-        reply = next(iter(reply.values()))
-    seconds, microseconds = reply
-    return int(seconds) + int(microseconds) / 1e6
+__all__ = ["RedisLockInfo", "unwatch", "watch"]
 
 
 class RedisLockInfo:

@@ -14,11 +14,12 @@ from celery import Celery
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from ..config.arguments import KeyBuilder
 from ..config.options import OPTION_NAMES, LockOptions, source_task, validate
 from ..config.settings import SETTING_DEFAULTS, AppSettings, read_settings
 from ..config.urls import client_factory
 from ..engine import LeaseEngine, LockEngine, SemaphoreEngine, make_engine, make_semaphore_engine
-from ..engine.keys import KeyBuilder, release_channel
+from ..engine.keys import release_channel
 from ..engine.mode_scripts import ModeEngine
 
 __all__ = [

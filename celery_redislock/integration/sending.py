@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any, Callable
 from celery.utils import uuid
 from celery.utils.time import maybe_iso8601
 
+from ..config.arguments import KEY_HEADER
 from ..config.urls import mask_url
 from ..engine.counting import count
 from ..engine.holders import queued_id, task_id_of
-from ..engine.keys import KEY_HEADER
 from ..engine.leases import REDIS_ERRORS
+from ..engine.timing import to_ms
 from ..errors import LockUnavailableError
 from ..signals import send_duplicate
 from .runtime import Plan, Runtime, app_layers_ask, runtime_for
@@ -76,7 +77,9 @@ def send(
     task_id = task_id or uuid()
     queued = queued_id(task_id)
     delay = seconds_until(options.get("countdown"), options.get("eta"), task.app.timezone)
-    ttl_ms = queued_ttl_ms(plan.options.queued_timeout_ms + int(delay * 1000), message_expires(task, options))
+    ttl_ms = queued_ttl_ms(
+        plan.options.queued_timeout_ms + to_ms(delay, minimum=0), message_expires(task, options)
+    )
     try:
         # Takes the key, or re-enters this task id's own queued lock (a retry's).
         result = runtime.engine.acquire(key, queued, ttl_ms)
@@ -170,13 +173,13 @@ def expiry_ttl_ms(expires: float | datetime | str | None) -> int | None:
     if expires is None:
         return None
     if isinstance(expires, (int, float)):
-        return max(0, int(expires * 1000))
+        return to_ms(expires, minimum=0)
     when = maybe_iso8601(expires)  # Celery's own reading of an ISO 8601 string
     if when is None:  # an empty string: no expiry, as Celery reads it
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
-    return max(0, int((when - datetime.now(timezone.utc)).total_seconds() * 1000))
+    return to_ms((when - datetime.now(timezone.utc)).total_seconds(), minimum=0)
 
 
 def queued_ttl_ms(ttl_ms: int, expires: float | datetime | str | None) -> int:

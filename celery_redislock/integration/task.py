@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from celery import Celery, Task
 from celery.exceptions import Ignore, Retry
 
+from ..config.arguments import KEY_HEADER, KeyBuilder
 from ..config.keywords import check_keywords
 from ..config.options import LockOptions
 from ..engine.holders import handover_id, queued_id, task_id_of
-from ..engine.keys import KEY_HEADER, KeyBuilder
 from ..engine.leases import REDIS_ERRORS
+from ..engine.timing import to_ms
 from ..errors import DuplicateTaskError
 from ..modes import debounce
 from ..modes import keep_latest as latest
@@ -202,7 +203,7 @@ class SingletonTask(_TaskBase):
             return None
         if countdown is None and not eta:
             countdown = self.default_retry_delay  # what Celery's retry() falls back to
-        delay_ms = int(enqueue.seconds_until(countdown, eta, self.app.timezone) * 1000)
+        delay_ms = to_ms(enqueue.seconds_until(countdown, eta, self.app.timezone), minimum=0)
         task_id = str(self.request.id)
         if keep:
             return handover_id(task_id), options.timeout_ms + delay_ms
@@ -251,5 +252,5 @@ class SingletonTask(_TaskBase):
         AlreadyQueued and celery-singleton's raise_on_duplicate do). The compat bases answer
         as their peers did."""
         if options.on_duplicate == "raise":
-            raise DuplicateTaskError(self.name, task_id, key, holder)
+            raise DuplicateTaskError(self.name, task_id, key, holder, task_id_of(holder))
         return self.AsyncResult(task_id_of(holder))

@@ -16,9 +16,9 @@ from celery import Celery, signals
 from celery.app.task import Context
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 
+from ..config.arguments import KEY_HEADER
 from ..engine.counting import count
 from ..engine.holders import handover_id, queued_id
-from ..engine.keys import KEY_HEADER
 from ..engine.leases import REDIS_ERRORS
 from ..engine.renewal import get_renewer
 from ..signals import lock_lost, lock_retaken, task_duplicate

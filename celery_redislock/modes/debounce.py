@@ -23,7 +23,7 @@ from celery.utils import uuid
 from ..config.options import LockOptions
 from ..config.urls import mask_url
 from ..engine.counting import count
-from ..engine.holders import debounced_id
+from ..engine.holders import debounced_id, task_id_of
 from ..engine.leases import REDIS_ERRORS
 from ..errors import DuplicateTaskError
 from ..integration import sending as enqueue
@@ -99,7 +99,7 @@ def check(task: SingletonTask, execution: Execution) -> None:
     count("debounced")
     holder = debounced_id(latest)
     send_duplicate(task, execution.task_id, execution.key, holder, "skip", "execute")
-    error = DuplicateTaskError(task.name, execution.task_id, execution.key, holder)
+    error = DuplicateTaskError(task.name, execution.task_id, execution.key, holder, latest)
     skip(task, error)
 
 
@@ -112,7 +112,7 @@ def wait_out(task: SingletonTask, options: LockOptions, key: str, holder: str) -
     stored. Eager, where nothing can be re-queued, it ends as a skipped duplicate."""
     request = task.request
     task_id = str(request.id)
-    error = DuplicateTaskError(task.name, task_id, key, holder)
+    error = DuplicateTaskError(task.name, task_id, key, holder, task_id_of(holder))
     send_duplicate(task, task_id, key, holder, "retry", "execute")
     if request.is_eager:
         skip(task, error)

@@ -29,6 +29,7 @@ from ..engine.counting import count
 from ..engine.holders import any_delivery_prefix, latest_id, task_id_of
 from ..engine.leases import REDIS_ERRORS
 from ..engine.mode_scripts import LatestReply, latest_key
+from ..engine.timing import DEFAULT_RETRY_DELAY
 from ..integration import sending as enqueue
 from ..integration.acquisition import Execution, Outcome, Refused, freed_dead_delivery, hold
 from ..integration.outcomes import broker_wait_policy
@@ -48,7 +49,7 @@ logger = logging.getLogger(__name__)
 PENDING_HEADER = "redislock_pending"
 #: Seconds between two checks of a pending call (how long after the running call ends, at most,
 #: the pending one starts, if a worker process is free).
-PENDING_POLL = 1.0
+PENDING_POLL = DEFAULT_RETRY_DELAY
 
 
 def may_keep_latest(task: SingletonTask) -> bool:

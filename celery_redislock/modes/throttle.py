@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..engine.counting import count
 from ..engine.holders import task_id_of, throttled_id
+from ..engine.timing import to_ms
 
 if TYPE_CHECKING:
     from ..integration.acquisition import Holding
@@ -28,7 +29,7 @@ def end_throttle(held: Holding) -> None:
     Redis as a TTL (PX), so it ends on the server's clock whatever the hosts' wall clocks say.
     Raises ``redis.RedisError`` (the caller logs it: the key then expires on its lock TTL)."""
     lease, runtime = held.lease, held.runtime
-    elapsed_ms = int((time.monotonic() - held.started) * 1000)
+    elapsed_ms = to_ms(time.monotonic() - held.started, minimum=0)
     left_ms = held.options.throttle_ms - elapsed_ms
     keep_as = throttled_id(task_id_of(lease.holder))
     reply = runtime.modes.end_throttle(

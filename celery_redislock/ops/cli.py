@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import functools
 import json.encoder
-import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import click
 import redis
@@ -17,39 +16,22 @@ from celery.platforms import EX_FAILURE, EX_UNAVAILABLE
 
 from ..config.urls import mask_url
 from ..engine.keys import parse_key
-from ..engine.leases import REDIS_ERRORS, as_text
+from ..engine.leases import REDIS_ERRORS
 from ..errors import RedisLockError
 from ..integration.runtime import Runtime, runtime_for
 from .inventory import mode_keys
+from .listing import Lock, held_locks, lock_pattern, purge_locks, scan_locks
 
-__all__ = ["Lock", "glob_escape", "held_locks", "redislock"]
+__all__ = ["redislock"]
 
-#: Keys per SCAN step and per pipeline: each round trip stays short, so Redis is never blocked.
-BATCH = 1000
+#: Lines printed per write: a million rows print in a second, not a minute.
+LINES_PER_WRITE = 1000
 
 #: A purge that was not confirmed (stdin not a terminal, no --yes): click's usage-error code.
 EXIT_NOT_CONFIRMED = 2
 
 _quote = json.encoder.encode_basestring_ascii
-_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-
-class Lock(NamedTuple):
-    """One held lock as listed: ``ttl_ms`` is Redis' PTTL, -1 for a key without a TTL."""
-
-    key: str
-    task: str
-    holder: str
-    ttl_ms: int
-
-    @property
-    def ttl(self) -> float | None:
-        return None if self.ttl_ms < 0 else self.ttl_ms / 1000
-
-
-def glob_escape(text: str) -> str:
-    return _GLOB_SPECIAL.sub(r"\\\1", text)
 
 
 def _cli(ctx: click.Context) -> CLIContext:
@@ -100,64 +82,6 @@ def _check_task_name(name: str | None) -> None:
         raise click.BadParameter(f"{name!r} is not a task name (task names are non-empty, without ':')")
 
 
-# -- Redis side: SCAN, then one pipeline per batch of keys ---------------------------------
-
-
-def _scan_locks(runtime: Runtime, task: str | None) -> Iterator[list[tuple[bytes | str, str, str]]]:
-    """Batches of ``(raw key, key, task)`` for the app's lock keys (of ``task`` if given),
-    from every node (the engine SCANs each primary of a cluster)."""
-    prefix = runtime.settings.key_prefix
-    pattern = glob_escape(prefix) + ":" + (glob_escape(task) + ":*" if task is not None else "*")
-    batch: list[tuple[bytes | str, str, str]] = []
-    for raw in runtime.engine.scan(pattern, BATCH):
-        key = as_text(raw)
-        try:
-            key_prefix, key_task, _ = parse_key(key)
-        except ValueError:
-            continue
-        # A longer prefix that starts with ours ("redislock:other") matches the pattern too.
-        if key_prefix != prefix or (task is not None and key_task != task):
-            continue
-        batch.append((raw, key, key_task))
-        if len(batch) >= BATCH:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-def held_locks(runtime: Runtime, task: str | None) -> Iterator[Lock]:
-    for batch in _scan_locks(runtime, task):
-        # A GET and a PTTL per key: one round trip per batch (per node of a cluster).
-        infos = runtime.engine.inspect([raw for raw, _, _ in batch])
-        others: list[tuple[str, str]] = []
-        for (_, key, key_task), info in zip(batch, infos):
-            if info.holder is not None:
-                yield Lock(key, key_task, info.holder, info.ttl_ms)
-            elif info.ttl_ms != -2:  # there, but not a string: a semaphore's holders
-                others.append((key, key_task))
-        yield from _held_slots(runtime, others)
-
-
-def _held_slots(runtime: Runtime, keys: list[tuple[str, str]]) -> Iterator[Lock]:
-    """A row per live holder of each semaphore (max_concurrency > 1) among ``keys``; one round trip."""
-    if not keys:
-        return
-    states = runtime.semaphores.states([key for key, _ in keys])
-    for (key, key_task), state in zip(keys, states):
-        for holder, left_ms in state.holders if state is not None else ():
-            yield Lock(key, key_task, holder, left_ms)
-
-
-def _purge(runtime: Runtime, task: str | None, removed: Callable[[str], None]) -> None:
-    """UNLINK the locks, calling ``removed`` with each deleted key; notify waiters as a release does."""
-    for batch in _scan_locks(runtime, task):
-        deleted = runtime.engine.delete_many([raw for raw, _, _ in batch], notify=runtime.release_channel)
-        for (_, key, _), gone in zip(batch, deleted):
-            if gone:
-                removed(key)
-
-
 # -- output ---------------------------------------------------------------------------------
 
 
@@ -205,11 +129,10 @@ def _json_lines(locks: list[Lock]) -> Iterator[str]:
 
 
 def _echo_lines(cli: CLIContext, lines: Iterable[str]) -> None:
-    # One write per chunk, not per line: a million rows print in a second, not a minute.
     chunk: list[str] = []
     for line in lines:
         chunk.append(line)
-        if len(chunk) >= BATCH:
+        if len(chunk) >= LINES_PER_WRITE:
             cli.echo("\n".join(chunk))
             chunk = []
     if chunk:
@@ -264,7 +187,7 @@ def list_(ctx: click.Context, task: str | None, as_json: bool) -> None:
     _check_task_name(task)
     runtime = _runtime(ctx)
     locks = sorted(held_locks(runtime, task), key=_by_key)
-    pattern = glob_escape(runtime.settings.key_prefix) + ":" + (glob_escape(task) + ":*" if task else "*")
+    pattern = lock_pattern(runtime.settings.key_prefix, task)
     modes = sorted((Lock(*row) for row in mode_keys(runtime, pattern, task)), key=_by_key)
     cli = _cli(ctx)
     if as_json:
@@ -359,7 +282,7 @@ def purge(ctx: click.Context, task: str | None, yes: bool, verbose: bool) -> Non
     runtime = _runtime(ctx)
     cli = _cli(ctx)
     if not yes:
-        found = sum(len(batch) for batch in _scan_locks(runtime, task))
+        found = sum(len(batch) for batch in scan_locks(runtime, task))
         if not found:
             cli.echo(f"Purged {_plural(0)}")
             return
@@ -373,7 +296,7 @@ def purge(ctx: click.Context, task: str | None, yes: bool, verbose: bool) -> Non
             cli.echo(key)
 
     try:
-        _purge(runtime, task, removed)
+        purge_locks(runtime, task, removed)
     except REDIS_ERRORS as exc:
         raise _redis_failure(
             ctx, exc, f" ({_plural(count)} purged before the error)" if count else ""

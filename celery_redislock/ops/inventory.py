@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..engine.keys import parse_key, slot_key, slot_key_owner
+from ..engine.keys import slot_key, slot_key_owner
 from ..engine.leases import as_text
 from ..integration.runtime import Runtime
+from .listing import task_of
 
 __all__ = ["MODE_SUFFIXES", "mode_keys"]
 
@@ -20,33 +21,24 @@ MODE_SUFFIXES = {
     "burst": "debounce: burst began at {} (server ms)",
 }
 
-#: Keys per SCAN step and per pipeline.
-BATCH = 1000
-
 
 def mode_keys(runtime: Runtime, pattern: str, task: str | None) -> Iterator[tuple[str, str, str, int]]:
     """``(key, task, description, PTTL ms)`` of each mode key of the app (of ``task`` if given);
     ``pattern`` is the glob of the lock keys (``prefix:*`` or ``prefix:task:*``)."""
     prefix = runtime.settings.key_prefix
-    batch: list[tuple[str, str, str]] = []
     # The glob of the lock keys named as slot_key names a key beside them: a prefix with a hash
     # tag keeps it (``{t}:*:*``), one without is wrapped (``{prefix:*}:*``).
-    for raw in runtime.engine.scan(slot_key(pattern, "*"), BATCH):
-        key = as_text(raw)
-        owner = slot_key_owner(key)
-        if owner is None or owner[1] not in MODE_SUFFIXES:  # a lock, a semaphore's queue, ...
-            continue
-        lock_key, suffix = owner
-        try:
-            key_prefix, key_task, _ = parse_key(lock_key)
-        except ValueError:
-            continue
-        if key_prefix == prefix and (task is None or key_task == task):
-            batch.append((key, key_task, suffix))
-        if len(batch) >= BATCH:
-            yield from _described(runtime, batch)
-            batch = []
-    yield from _described(runtime, batch)
+    for found in runtime.engine.scan_batches(slot_key(pattern, "*")):
+        batch: list[tuple[str, str, str]] = []
+        for raw in found:
+            key = as_text(raw)
+            owner = slot_key_owner(key)
+            if owner is None or owner[1] not in MODE_SUFFIXES:  # a lock, a semaphore's queue, ...
+                continue
+            key_task = task_of(owner[0], prefix, task)
+            if key_task is not None:
+                batch.append((key, key_task, owner[1]))
+        yield from _described(runtime, batch)
 
 
 def _described(runtime: Runtime, batch: list[tuple[str, str, str]]) -> Iterator[tuple[str, str, str, int]]:

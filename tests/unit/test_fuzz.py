@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from test_keys import KEY_RE, any_args, anything, f
 from test_options import names, values
 
+from celery_redislock.config.arguments import KeyBuilder
 from celery_redislock.config.options import OPTION_NAMES, validate
 from celery_redislock.config.settings import SETTING_DEFAULTS, read_settings
-from celery_redislock.engine.keys import KeyBuilder
 from celery_redislock.errors import ConfigurationError, LockKeyError, OptionError
 
 TASK = "proj.f"

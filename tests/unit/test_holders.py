@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
@@ -82,9 +83,11 @@ def test_seconds_until_reads_countdown_and_eta_as_celery_does() -> None:
 
 
 @pytest.mark.parametrize("task_id", TASK_IDS)
-def test_a_duplicate_error_names_the_holders_own_task_id(task_id: str) -> None:
+def test_a_duplicate_error_keeps_the_holders_task_id_through_a_result_backend(task_id: str) -> None:
+    # A result backend (or a prefork child's failure) carries the error pickled: by its args.
     for holder in (holder_id(task_id, "celery@host"), queued_id(task_id), handover_id(task_id)):
-        assert DuplicateTaskError("t", "other", "k", holder).holder_task_id == task_id
+        error = pickle.loads(pickle.dumps(DuplicateTaskError("t", "other", "k", holder, task_id_of(holder))))
+        assert (error.holder, error.holder_task_id) == (holder, task_id)
 
 
 @pytest.mark.parametrize("task_id", TASK_IDS)

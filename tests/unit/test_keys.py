@@ -24,8 +24,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
+from celery_redislock.config import arguments
+from celery_redislock.config.arguments import MAX_DEPTH, KeyBuilder, canonical, digest
 from celery_redislock.engine import keys
-from celery_redislock.engine.keys import MAX_DEPTH, KeyBuilder, canonical, digest, format_key, parse_key
+from celery_redislock.engine.keys import format_key, parse_key
 from celery_redislock.engine.mode_scripts import debounce_keys, latest_key
 from celery_redislock.errors import LockKeyError, OptionError
 
@@ -396,7 +398,7 @@ def test_golden_keys() -> None:
 
 STABILITY_SCRIPT = """
 import datetime, decimal, sys, uuid
-from celery_redislock.engine.keys import KeyBuilder, canonical
+from celery_redislock.config.arguments import KeyBuilder, canonical
 
 def task(a, b=None, *rest, **extra):
     pass
@@ -415,7 +417,7 @@ print(builder.key((value, {"s": {"p", "q", "r"}}), {"zeta": 1, "alpha": 2}))
 
 
 def test_keys_are_stable_across_processes_and_hash_seeds() -> None:
-    root = Path(keys.__file__).resolve().parents[1]
+    root = Path(arguments.__file__).resolve().parents[2]
     outputs = []
     for seed in ("1", "2", "12345"):
         env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(root)}

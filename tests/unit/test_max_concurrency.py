@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from celery_redislock.config.options import LockOptions, check_argument, resolve, validate
+from celery_redislock.config.options import LockOptions, resolve, validate
+from celery_redislock.engine.checks import check_argument
 from celery_redislock.engine.keys import release_channel, semaphore_keys
 from celery_redislock.errors import OptionError
 

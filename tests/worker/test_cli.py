@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import redis
 
+from celery_redislock.config.arguments import digest
 from celery_redislock.contrib.testing import RedisServer, TestCA, free_port
-from celery_redislock.engine.keys import digest, format_key
+from celery_redislock.engine.keys import format_key
 
 from .conftest import poll
 

@@ -391,7 +391,7 @@ def test_freeing_a_sigkilled_childs_lock_is_logged_at_info_in_the_worker_log(
 @pytest.mark.parametrize(
     "error",
     [
-        DuplicateTaskError("proj.t", "id-2", "redislock:proj.t:ab", "id-1@celery@h:7:1"),
+        DuplicateTaskError("proj.t", "id-2", "redislock:proj.t:ab", "id-1@celery@h:7:1", "id-1"),
         LockUnavailableError(
             "proj.t", "id-2", "redislock:proj.t:ab", "redis://h:6379/2", "ConnectionError: refused"
         ),
