@@ -174,8 +174,14 @@ def _call(connection: Any, args: Sequence[Any], *, held: bool = False) -> Any:
     """``args`` sent on ``connection`` and its reply read; a failure goes to the client's
     ``Retry``, an interruption drops the connection (a reply left unread would be the next
     command's). ``held``: a connection kept between calls, which found its server gone (a
-    restart) is made again once, at once, as the pool does for an idle one it hands out."""
+    restart, a failover) is made again once, at once, as the pool does for an idle one it hands
+    out.
+
+    ``connect()`` first, as the pool calls it on every connection it hands out: a no-op while
+    connected; on a closed connection, the class's own way in (a Sentinel connection asks the
+    Sentinels for the master there: ``send_command``'s reconnect would go back to the old one)."""
     try:
+        connection.connect()
         connection.send_command(*args)
         return connection.read_response()
     except ResponseError:  # the server's answer: the connection is in order
@@ -200,6 +206,7 @@ def _retry(connection: Any, args: Sequence[Any], error: Exception) -> Any:
     def attempt() -> Any:
         if first:
             raise first.pop()
+        connection.connect()
         connection.send_command(*args)
         return connection.read_response()
 

@@ -68,3 +68,19 @@ def test_sentinel_passwords_and_db_go_where_kombu_sends_them(sentinels: Sentinel
     sentinel_kwargs = pool.sentinel_manager.sentinel_kwargs
     assert sentinel_kwargs == {"socket_timeout": 2, "password": "sentinel-pw"}
     client.close()
+
+
+@pytest.mark.parametrize("hold", [False, True], ids=["per-call", "held"])
+def test_the_engine_follows_a_failover_to_the_new_master(sentinels: SentinelSet, hold: bool) -> None:
+    # A held connection (a Celery app's engine) found the old master demoted: its reconnect
+    # must ask the Sentinels again, as the pool's connect does, not go back to the old address.
+    client = make_client(sentinels.url, sentinels.transport_options)
+    try:
+        engine = make_engine(client, hold_connection=hold)
+        assert engine.take("redislock:f:1", "me", 10_000)
+        _, new = sentinels.failover()
+        assert engine.take("redislock:f:2", "me", 10_000)
+        with next(s for s in sentinels.servers if s.port == new).client() as master:
+            assert master.get("redislock:f:2") == b"me"
+    finally:
+        client.close()
