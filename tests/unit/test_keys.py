@@ -26,8 +26,9 @@ from redis.crc import key_slot
 
 from celery_redislock.engine import keys
 from celery_redislock.engine.keys import MAX_DEPTH, KeyBuilder, canonical, digest, format_key, parse_key
-from celery_redislock.engine.mode_scripts import debounce_keys, latest_key
 from celery_redislock.errors import LockKeyError, OptionError
+from celery_redislock.modes.debounce import debounce_keys
+from celery_redislock.modes.keep_latest import latest_key
 
 KEY_RE = re.compile(r"^redislock:proj\.f:[0-9a-f]{32}$")
 
