@@ -62,15 +62,15 @@ WAIT_FALLBACK_POLL = 1.0
 
 
 class Execution:
-    """Who asks for a key: one delivery of the message ``task_id`` (of task ``task_name``) on
-    worker node ``hostname``, with the task's resolved options and mode; ``holder``, its holder
-    id, is drawn as it is made.
+    """Who asks for a key: one delivery of the message ``task_id`` (of task ``task_name``, its
+    ``retries``-th re-publish) on worker node ``hostname``, with the task's resolved options and
+    mode; ``holder``, its holder id, is drawn as it is made.
 
     A plain class with slots, not a frozen dataclass: one is made per task, and a frozen
     dataclass's ``__init__`` costs four times as much (it sets each field through
     ``object.__setattr__``). Nothing changes its fields once made."""
 
-    __slots__ = ("holder", "hostname", "key", "mode", "options", "runtime", "task_id", "task_name")
+    __slots__ = ("holder", "hostname", "key", "mode", "options", "retries", "runtime", "task_id", "task_name")
 
     def __init__(
         self,
@@ -81,6 +81,7 @@ class Execution:
         task_name: str,
         task_id: str,
         hostname: str | None,
+        retries: int = 0,
     ) -> None:
         self.runtime = runtime
         self.options = options
@@ -89,6 +90,7 @@ class Execution:
         self.task_name = task_name
         self.task_id = task_id
         self.hostname = hostname
+        self.retries = retries
         self.holder = holder_id(task_id, hostname)
 
     def held_by_dead_delivery(self, holder: str) -> bool:

@@ -17,7 +17,7 @@ from ..config.mode_rules import Clash, add_rule
 from ..config.options import LockOptions
 from ..engine.keys import KeyBuilder
 
-__all__ = ["Mode", "Plan", "Publish", "mode_for", "register", "registered"]
+__all__ = ["Mode", "Plan", "Publish", "Send", "mode_for", "register", "registered"]
 
 #: ``Task.apply_async`` of the task's Celery base: what finally publishes.
 Publish = Callable[..., Any]
@@ -49,18 +49,8 @@ class Mode(Protocol):
         """``(option, problem, other option)`` when ``options`` combine this mode with an
         option it cannot go with (``config.mode_rules``), else None."""
 
-    def send(
-        self,
-        task: Any,
-        runtime: Any,
-        plan: Plan,
-        publish: Publish,
-        args: Any,
-        kwargs: Any,
-        task_id: str | None,
-        options: dict[str, Any],
-    ) -> Any:
-        """``apply_async`` of one call of ``task`` planned ``plan``."""
+    def send(self, call: Send) -> Any:
+        """``apply_async`` of one call of a task planned with this mode."""
 
     def before_acquire(self, task: Any, execution: Any) -> None:
         """Before the key is asked for: raise to end the call here."""
@@ -89,6 +79,26 @@ class Plan:
 
     def key(self, task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
         return self.keys.key(args, kwargs, task)
+
+
+@dataclass(frozen=True)
+class Send:
+    """One ``apply_async`` of a task whose plan was resolved to send it (``runtime``: its app's
+    runtime; ``publish``: the Celery base's ``apply_async``; ``options``: the send's own, which
+    a mode may take headers or a countdown out of)."""
+
+    task: Any
+    runtime: Any
+    plan: Plan
+    publish: Publish
+    args: Any
+    kwargs: Any
+    task_id: str | None
+    options: dict[str, Any]
+
+    def as_is(self) -> Any:
+        """Publish it as Celery would, nothing locked or recorded."""
+        return self.publish(self.args, self.kwargs, self.task_id, **self.options)
 
 
 _modes: list[Mode] = []

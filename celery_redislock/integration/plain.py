@@ -14,8 +14,8 @@ from ..config.mode_rules import Clash
 from ..config.options import LockOptions
 from . import outcomes, sending
 from .acquisition import Execution, Outcome, acquire
-from .mode import Plan, Publish, register
-from .runtime import Runtime, app_layers_ask
+from .mode import Send, register
+from .runtime import app_layers_ask
 
 if TYPE_CHECKING:
     from celery import Task
@@ -58,23 +58,13 @@ class PlainMode:
     def clash(self, options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
         return None
 
-    def send(
-        self,
-        task: Any,
-        runtime: Runtime,
-        plan: Plan,
-        publish: Publish,
-        args: Any,
-        kwargs: Any,
-        task_id: str | None,
-        options: dict[str, Any],
-    ) -> Any:
-        return sending.send(task, runtime, plan, publish, args, kwargs, task_id, options)
+    def send(self, call: Send) -> Any:
+        return sending.send(call)
 
     def before_acquire(self, task: AnyTask, execution: Execution) -> None:
-        if task.request.retries and outcomes.finished(task):
+        if execution.retries and outcomes.finished(task):
             # A re-queued copy of a redelivered message whose original has finished meanwhile.
-            logger.info("Dropped redelivered %s[%s]: it has finished already", task.name, task.request.id)
+            logger.info("Dropped redelivered %s[%s]: it has finished already", task.name, execution.task_id)
             raise Ignore()
 
     def acquire(self, task: AnyTask, execution: Execution) -> Outcome | None:

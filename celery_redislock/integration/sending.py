@@ -18,7 +18,7 @@ from ..engine.keys import KEY_HEADER
 from ..engine.leases import REDIS_ERRORS
 from ..errors import LockUnavailableError
 from ..signals import send_duplicate
-from .mode import Plan, Publish
+from .mode import Plan, Send
 from .runtime import Runtime, app_layers_ask, runtime_for
 
 __all__ = [
@@ -48,16 +48,7 @@ def may_lock_at_enqueue(task: Any) -> bool:
     return app_layers_ask(task.app, "lock_on", lambda value: value == "enqueue")
 
 
-def send(
-    task: Any,
-    runtime: Runtime,
-    plan: Plan,
-    publish: Publish,
-    args: Any,
-    kwargs: Any,
-    task_id: str | None,
-    options: dict[str, Any],
-) -> Any:
+def send(call: Send) -> Any:
     """``apply_async`` of a task that may lock at enqueue (``may_lock_at_enqueue``).
 
     A new call whose key is already queued or running publishes nothing and is answered by
@@ -65,8 +56,10 @@ def send(
     A message whose task id is given (a retry, a re-queued copy, a canvas member, a caller's own
     id) is already promised to someone waiting on that id: it is always published, with the
     lock if free, else unlocked, and its worker deals with the duplicate."""
+    task, runtime, plan, publish, options = call.task, call.runtime, call.plan, call.publish, call.options
+    args, kwargs, task_id = call.args, call.kwargs, call.task_id
     if plan.options.lock_on != "enqueue":
-        return publish(args, kwargs, task_id, **options)
+        return call.as_is()
     key, headers = keyed_headers(task, plan, args, kwargs, options)
     new_call = task_id is None
     task_id = task_id or uuid()

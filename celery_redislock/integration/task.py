@@ -17,7 +17,7 @@ from ..errors import DuplicateTaskError
 from . import outcomes
 from . import sending as enqueue
 from .acquisition import Execution, Holding, Refused
-from .mode import registered
+from .mode import Send, registered
 from .plain import PlainMode  # noqa: F401  (imported: registers the default mode)
 from .queues import QUEUE_FIELD
 from .runtime import run_function, runtime_for, send_routes, task_options
@@ -112,7 +112,9 @@ class SingletonTask(_TaskBase):
         fields[INFO_FIELD] = None  # until it holds the lock: never while it runs unlocked
         mode = plan.mode
         try:
-            execution = Execution(runtime, options, mode, key, self.name, str(request.id), request.hostname)
+            execution = Execution(
+                runtime, options, mode, key, self.name, str(request.id), request.hostname, request.retries
+            )
             mode.before_acquire(self, execution)
             outcome: Holding | Refused | None = mode.acquire(self, execution)
         except REDIS_ERRORS as exc:
@@ -215,7 +217,7 @@ class SingletonTask(_TaskBase):
             # Most tasks lock at execution: sending them needs no lock settings, no Redis.
             return super().apply_async(args, kwargs, task_id, *rest, **options)
         runtime, plan = enqueue.send_plan(self, options)
-        return plan.mode.send(self, runtime, plan, super().apply_async, args, kwargs, task_id, options)
+        return plan.mode.send(Send(self, runtime, plan, super().apply_async, args, kwargs, task_id, options))
 
     def _send_route(self) -> str:
         """How ``apply_async`` sends this task: ``PUBLISH``, or ``PLANNED`` (through its plan's

@@ -31,10 +31,9 @@ from ..engine.mode_scripts import ScriptRunner, package_script
 from ..engine.scripts import ttl_arg
 from ..errors import DuplicateTaskError
 from ..integration.acquisition import Execution
-from ..integration.mode import Plan, Publish
+from ..integration.mode import Send
 from ..integration.outcomes import retry_duplicate, skip
 from ..integration.plain import PlainMode
-from ..integration.runtime import Runtime
 from ..integration.sending import keyed_headers, seconds_until
 from ..signals import send_duplicate
 
@@ -97,24 +96,15 @@ class DebounceMode(PlainMode):
             return "debounce", problem, "on_duplicate"
         return None
 
-    def send(
-        self,
-        task: Any,
-        runtime: Runtime,
-        plan: Plan,
-        publish: Publish,
-        args: Any,
-        kwargs: Any,
-        task_id: str | None,
-        options: dict[str, Any],
-    ) -> Any:
+    def send(self, call: Send) -> Any:
         """A new call is recorded as its key's latest and published with the burst's delay. A
         message whose task id is given (a retry, a re-queued copy) is published as it is: it was
         debounced when first sent."""
-        if task_id is not None:
-            return publish(args, kwargs, task_id, **options)
+        if call.task_id is not None:
+            return call.as_is()
+        task, runtime, plan, options = call.task, call.runtime, call.plan, call.options
         settings = plan.options
-        key, headers = keyed_headers(task, plan, args, kwargs, options)
+        key, headers = keyed_headers(task, plan, call.args, call.kwargs, options)
         task_id = uuid()
         asked = seconds_until(options.pop("countdown", None), options.pop("eta", None), task.app.timezone)
         ttl_ms = settings.queued_timeout_ms + settings.debounce_ms + settings.debounce_max_ms
@@ -136,7 +126,7 @@ class DebounceMode(PlainMode):
             delay_ms = settings.debounce_ms
         # A countdown or eta the caller gave delays it further, never less.
         countdown = max(asked, delay_ms / 1000)
-        return publish(args, kwargs, task_id, headers=headers, countdown=countdown, **options)
+        return call.publish(call.args, call.kwargs, task_id, headers=headers, countdown=countdown, **options)
 
     def before_acquire(self, task: AnyTask, execution: Execution) -> None:
         """A debounced call is due: it goes on if it is its burst's latest call, else ends as a

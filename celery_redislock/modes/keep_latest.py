@@ -33,7 +33,7 @@ from ..engine.leases import REDIS_ERRORS, as_text
 from ..engine.mode_scripts import ScriptRunner, package_script
 from ..engine.scripts import ttl_arg
 from ..integration.acquisition import Execution, Outcome, Refused, freed_dead_delivery, hold
-from ..integration.mode import Plan, Publish
+from ..integration.mode import Send
 from ..integration.outcomes import on_duplicate, requeue
 from ..integration.plain import PlainMode
 from ..integration.runtime import Runtime
@@ -97,30 +97,21 @@ class KeepLatestMode(PlainMode):
             return "keep_latest", problem, "lock_on"
         return None
 
-    def send(
-        self,
-        task: Any,
-        runtime: Runtime,
-        plan: Plan,
-        publish: Publish,
-        args: Any,
-        kwargs: Any,
-        task_id: str | None,
-        options: dict[str, Any],
-    ) -> Any:
+    def send(self, call: Send) -> Any:
         """A new call is recorded as its key's latest before it is published, so a call sent
         earlier and still queued is replaced by it even when no worker process is free to take
         either (one solo worker, ``-c 1`` busy). A message whose task id is given (a retry, a
         re-queued copy) is published as it is."""
-        if task_id is not None:
-            return publish(args, kwargs, task_id, **options)
-        key, headers = keyed_headers(task, plan, args, kwargs, options)
+        if call.task_id is not None:
+            return call.as_is()
+        task, runtime, plan, options = call.task, call.runtime, call.plan, call.options
+        key, headers = keyed_headers(task, plan, call.args, call.kwargs, options)
         task_id = uuid()
         recorded = _record(task, runtime, key, task_id, latest_ttl(plan.options))
         if recorded:
             headers[PENDING_HEADER] = "1"
         try:
-            return publish(args, kwargs, task_id, headers=headers, **options)
+            return call.publish(call.args, call.kwargs, task_id, headers=headers, **options)
         except BaseException:
             if recorded:
                 # Never sent: a call that names it as the latest would be replaced by nothing.
