@@ -8,7 +8,6 @@ import os
 import threading
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from importlib import resources
 from typing import Any, Literal
 
 import redis
@@ -19,6 +18,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from . import conditional_delete
 from .conditional_delete import ConditionalDelete
 from .leases import Client, Lease, RenewReport, as_text
+from .script_runner import package_script
 
 __all__ = [
     "ACQUIRE",
@@ -43,7 +43,7 @@ __all__ = [
 
 
 def load_script(name: str) -> str:
-    return resources.files(__package__).joinpath("lua").joinpath(name).read_text(encoding="utf-8")
+    return package_script(__package__, name)
 
 
 # Read once per process; each engine registers them on its client (EVALSHA, NOSCRIPT fallback).

@@ -37,7 +37,7 @@ from ..engine.leases import REDIS_ERRORS
 from ..engine.redis_semaphore import take_slot
 from ..engine.renewal import Renewer, get_renewer
 from ..engine.waiting import wait_for
-from ..modes.throttle import end_throttle
+from .mode import Mode
 from .request_lock import RedisLockInfo, unwatch, watch
 from .runtime import Runtime
 
@@ -49,6 +49,7 @@ __all__ = [
     "acquire",
     "freed_dead_delivery",
     "hold",
+    "lost_at_release",
     "release_queued",
 ]
 
@@ -56,31 +57,35 @@ logger = logging.getLogger(__name__)
 
 
 class Execution:
-    """Who asks for a key: one delivery of the message ``task_id`` (of task ``task_name``) on
-    worker node ``hostname``, with the task's resolved options; ``holder``, its holder id, is
-    drawn as it is made.
+    """Who asks for a key: one delivery of the message ``task_id`` (of task ``task_name``, its
+    ``retries``-th re-publish) on worker node ``hostname``, with the task's resolved options and
+    mode; ``holder``, its holder id, is drawn as it is made.
 
     A plain class with slots, not a frozen dataclass: one is made per task, and a frozen
     dataclass's ``__init__`` costs four times as much (it sets each field through
     ``object.__setattr__``). Nothing changes its fields once made."""
 
-    __slots__ = ("holder", "hostname", "key", "options", "runtime", "task_id", "task_name")
+    __slots__ = ("holder", "hostname", "key", "mode", "options", "retries", "runtime", "task_id", "task_name")
 
     def __init__(
         self,
         runtime: Runtime,
         options: LockOptions,
+        mode: Mode,
         key: str,
         task_name: str,
         task_id: str,
         hostname: str | None,
+        retries: int = 0,
     ) -> None:
         self.runtime = runtime
         self.options = options
+        self.mode = mode
         self.key = key
         self.task_name = task_name
         self.task_id = task_id
         self.hostname = hostname
+        self.retries = retries
         self.holder = holder_id(task_id, hostname)
 
     def held_by_dead_delivery(self, holder: str) -> bool:
@@ -106,15 +111,17 @@ class Holding:
     ``engine``: the runtime's lock engine, or its semaphore engine (max_concurrency > 1);
     ``info``: what the body sees of it (``request.redislock``); ``started``: when the run
     started (monotonic), a throttle's window counts from there; ``renewer``: the renewal
-    timer of the process that took it (looked up once). A slots class: one is made per task.
+    timer of the process that took it (looked up once); ``mode``: the plan's mode, asked at
+    release. A slots class: one is made per task.
     """
 
-    __slots__ = ("engine", "info", "lease", "options", "renewer", "runtime", "started")
+    __slots__ = ("engine", "info", "lease", "mode", "options", "renewer", "runtime", "started")
 
     def __init__(
         self,
         runtime: Runtime,
         options: LockOptions,
+        mode: Mode,
         engine: LeaseEngine,
         lease: Lease,
         info: RedisLockInfo,
@@ -122,6 +129,7 @@ class Holding:
     ) -> None:
         self.runtime = runtime
         self.options = options
+        self.mode = mode
         self.engine = engine
         self.lease = lease
         self.info = info
@@ -136,14 +144,12 @@ class Holding:
         try:
             if hand_to is not None:  # a lock (a semaphore's slot is never handed over)
                 runtime.engine.transfer(lease.key, lease.holder, *hand_to)
-            elif self.options.throttle is not None:
-                end_throttle(self)
+            elif self.mode.on_release(self):  # released the mode's own way (a throttle's window)
+                return
             elif engine.release(lease.key, lease.holder, notify=self._notice(lease.key)):
                 count("released")
             else:
-                logger.error(
-                    "Lock %s was no longer held by %s at release (expired or taken)", lease.key, lease.holder
-                )
+                lost_at_release(lease)
         except REDIS_ERRORS as exc:
             count("redis_errors")
             logger.warning(
@@ -195,6 +201,11 @@ def acquire(execution: Execution) -> Outcome:
     return _hold(execution, engine, Lease(key, execution.holder, options.timeout_ms), result)
 
 
+def lost_at_release(lease: Lease) -> None:
+    """The key was no longer held by the run's holder when it ended."""
+    logger.error("Lock %s was no longer held by %s at release (expired or taken)", lease.key, lease.holder)
+
+
 def release_queued(runtime: Runtime, key: str, task_id: str) -> None:
     """``lock_until="started"``: free the task's own lock taken at enqueue. Compare-and-delete:
     a lock that is not ``{task id}@queued`` (another call's, after ours expired) stays."""
@@ -234,7 +245,7 @@ def _hold(
     watch(info)
     renewer = get_renewer()
     renewer.add(engine, lease, execution.options.renew_interval_s)
-    return Holding(runtime, execution.options, engine, lease, info, renewer)
+    return Holding(runtime, execution.options, execution.mode, engine, lease, info, renewer)
 
 
 def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireResult:
@@ -321,6 +332,6 @@ def _take_slot(engine: SemaphoreEngine, execution: Execution, *, blocking: bool)
     )
 
 
-# The dedup modes (latest.py) take a lock their own way, then hold it as acquire() does.
+# A mode that takes its lock its own way (keep_latest), then hold it as acquire() does.
 hold = _hold
 freed_dead_delivery = _freed_dead_delivery

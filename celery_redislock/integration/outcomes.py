@@ -19,7 +19,15 @@ from ..engine.holders import task_id_of
 from ..errors import DuplicateTaskError, LockUnavailableError
 from ..signals import send_duplicate
 
-__all__ = ["finished", "on_duplicate", "on_redelivered", "on_redis_error", "retry_duplicate", "skip"]
+__all__ = [
+    "finished",
+    "on_duplicate",
+    "on_redelivered",
+    "on_redis_error",
+    "requeue",
+    "retry_duplicate",
+    "skip",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -36,17 +44,14 @@ if TYPE_CHECKING:
     AnyTask = Task[Any, Any]
 
 
-def on_duplicate(task: AnyTask, options: LockOptions, key: str, holder: str) -> NoReturn:
-    """Another task id holds ``key``: raise, retry later, or skip, as ``on_duplicate`` says
-    ("wait" has waited already). A debounced call waits out the holder instead
-    (``debounce.wait_out``)."""
+def on_duplicate(
+    task: AnyTask, options: LockOptions, key: str, holder: str, strategy: str | None = None
+) -> NoReturn:
+    """Another task id holds ``key``: raise, retry later, or skip, as ``strategy`` (by default
+    ``on_duplicate``) says ("wait" has waited already)."""
     request = task.request
     error = DuplicateTaskError(task.name, str(request.id), key, holder, task_id_of(holder))
-    strategy = options.on_duplicate
-    if options.keep_latest and strategy != "raise":  # replaced: a retry would find it so again
-        strategy = "skip"
-    if options.throttle is not None:
-        count("throttled")
+    strategy = strategy or options.on_duplicate
     send_duplicate(task, str(request.id), key, holder, strategy, "execute")
     if strategy == "raise":
         count("skipped")
@@ -58,9 +63,11 @@ def on_duplicate(task: AnyTask, options: LockOptions, key: str, holder: str) -> 
     skip(task, error)
 
 
-def retry_duplicate(task: AnyTask, options: LockOptions, error: DuplicateTaskError, **retry: Any) -> NoReturn:
-    """Re-queued in ``retry_countdown``, counted ``retried``; ``retry``: more of Celery's
-    ``retry()`` arguments."""
+def retry_duplicate(
+    task: AnyTask, options: LockOptions, error: DuplicateTaskError, *, unlimited: bool = False
+) -> NoReturn:
+    """Re-queued in ``retry_countdown``, counted ``retried``; ``unlimited``: by ``requeue``, not
+    bounded by the task's ``max_retries``."""
     count("retried")
     logger.info(
         "Retrying duplicate %s[%s] in %ss: %s is held by %s",
@@ -70,7 +77,29 @@ def retry_duplicate(task: AnyTask, options: LockOptions, error: DuplicateTaskErr
         error.key,
         error.holder,
     )
-    raise task.retry(countdown=options.retry_countdown, exc=error, **retry)
+    if unlimited:
+        raise requeue(task, countdown=options.retry_countdown, exc=error)
+    raise task.retry(countdown=options.retry_countdown, exc=error)
+
+
+def requeue(task: AnyTask, **retry: Any) -> Any:
+    """Re-publish the running call like a retry (same task id, waiting for the broker as long as
+    it takes), not bounded by the task's ``max_retries``: it has not run, and running out of
+    retries would drop it (these retries still count in ``request.retries``). ``retry``: more of
+    Celery's ``retry()`` arguments. Returns or raises what ``retry()`` does.
+
+    Celery's ``retry()`` leaves the bound it is given on the task object
+    (``override_max_retries``), where ``autoretry_for`` would read it for this task's later runs
+    in this process: the task is left as it was found."""
+    own = vars(task)
+    had, before = "override_max_retries" in own, own.get("override_max_retries")
+    try:
+        return task.retry(max_retries=sys.maxsize, retry_policy=broker_wait_policy(task), **retry)
+    finally:
+        if had:
+            own["override_max_retries"] = before
+        else:
+            own.pop("override_max_retries", None)
 
 
 def skip(task: AnyTask, error: DuplicateTaskError) -> NoReturn:
@@ -108,13 +137,7 @@ def on_redelivered(task: AnyTask, options: LockOptions, key: str, holder: str) -
     )
     # Published like a retry (same task id, waits for the broker), but no RETRY state is
     # stored: that would overwrite the result the holder may store in the meantime.
-    task.retry(
-        countdown=countdown,
-        exc=error,
-        throw=False,
-        max_retries=sys.maxsize,
-        retry_policy=broker_wait_policy(task),
-    )
+    requeue(task, countdown=countdown, exc=error, throw=False)
     raise Ignore()
 
 
@@ -156,14 +179,7 @@ def on_redis_error(
     error = LockUnavailableError(task.name, str(request.id), key, shown, exc)
     if options.on_redis_error == "retry" and not request.is_eager:
         logger.warning("Retrying %s[%s] in %ss: %s", task.name, request.id, options.retry_countdown, error)
-        # Not bounded by the task's max_retries: it has not run yet, and running out of
-        # retries would drop it. (These retries still count in request.retries.)
-        raise task.retry(
-            countdown=options.retry_countdown,
-            exc=error,
-            max_retries=sys.maxsize,
-            retry_policy=broker_wait_policy(task),
-        ) from exc
+        raise requeue(task, countdown=options.retry_countdown, exc=error) from exc
     raise error from exc
 
 

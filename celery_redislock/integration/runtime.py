@@ -6,8 +6,7 @@ import functools
 import inspect
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from celery import Celery
@@ -20,7 +19,8 @@ from ..config.settings import SETTING_DEFAULTS, AppSettings, read_settings
 from ..config.urls import client_factory
 from ..engine import LeaseEngine, LockEngine, SemaphoreEngine, make_engine, make_semaphore_engine
 from ..engine.keys import release_channel
-from ..engine.mode_scripts import ModeEngine
+from ..engine.script_runner import ScriptRunner
+from .mode import Plan, mode_for
 
 __all__ = [
     "SOCKET_TIMEOUT",
@@ -46,17 +46,6 @@ def client_retry() -> Retry:
     that Redis is down and apply ``on_redis_error``, and the renewal timer retries next interval.
     """
     return Retry(NoBackoff(), 1)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What a task needs to lock one execution: its resolved options and its key builder."""
-
-    options: LockOptions
-    keys: KeyBuilder
-
-    def key(self, task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-        return self.keys.key(args, kwargs, task)
 
 
 def run_function(task_class: type) -> Callable[..., Any]:
@@ -139,14 +128,14 @@ class Runtime:
         self._engine = engine
 
     def plan(self, task: Any, queue: str | None) -> Plan:
-        """Options and key builder for ``task`` consumed from ``queue`` (cached)."""
+        """Options, key builder and mode for ``task`` consumed from ``queue`` (cached)."""
         cache_key = (task.name, queue if queue in self.settings.queues else None)
         plan = self._plans.get(cache_key)
         if plan is None:
             options = self.settings.options_for(task.name, task_options(type(task)), cache_key[1])
             lock_key = options.lock_key
             builder = KeyBuilder(self.settings.key_prefix, task.name, run_function(type(task)), lock_key)
-            plan = Plan(options, builder)
+            plan = Plan(options, builder, mode_for(options))
             with self._mutex:
                 self._plans[cache_key] = plan
                 if task.name not in self._waited_on:
@@ -175,9 +164,9 @@ class Runtime:
         return make_semaphore_engine(self.engine.client)
 
     @functools.cached_property
-    def modes(self) -> ModeEngine:
-        """The scripts of the dedup modes (throttle, keep_latest), on the same client."""
-        return ModeEngine(self.engine.client)
+    def scripts(self) -> ScriptRunner:
+        """Runs the modes' own scripts, on the same client."""
+        return ScriptRunner(self.engine.client)
 
     def engine_for(self, options: LockOptions) -> LeaseEngine:
         """Where a task with ``options`` holds its key: a lock, or a semaphore's slot."""

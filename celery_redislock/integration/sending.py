@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import datetime, timezone, tzinfo
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
 from celery.utils import uuid
 from celery.utils.time import maybe_iso8601
@@ -19,10 +19,8 @@ from ..engine.leases import REDIS_ERRORS
 from ..engine.timing import to_ms
 from ..errors import LockUnavailableError
 from ..signals import send_duplicate
-from .runtime import Plan, Runtime, app_layers_ask, runtime_for
-
-if TYPE_CHECKING:
-    from .task import SingletonTask
+from .mode import Plan, Send
+from .runtime import Runtime, app_layers_ask, runtime_for
 
 __all__ = [
     "EXPIRY_MARGIN_MS",
@@ -42,36 +40,27 @@ logger = logging.getLogger(__name__)
 #: message just before it expired has taken the lock over by then, or has discarded it.
 EXPIRY_MARGIN_MS = 1000
 
-#: ``Task.apply_async`` of the task's Celery base: what finally publishes.
-Publish = Callable[..., Any]
 
-
-def may_lock_at_enqueue(task: SingletonTask) -> bool:
+def may_lock_at_enqueue(task: Any) -> bool:
     """False when no layer can make ``task`` lock at enqueue (the resolved plan decides the
     rest): the task's own setting wins, else any app or queue layer may ask for it."""
     if task.lock_on is not None:
-        return task.lock_on == "enqueue"
+        return bool(task.lock_on == "enqueue")
     return app_layers_ask(task.app, "lock_on", lambda value: value == "enqueue")
 
 
-def send(
-    task: SingletonTask,
-    publish: Publish,
-    args: Any,
-    kwargs: Any,
-    task_id: str | None,
-    options: dict[str, Any],
-) -> Any:
+def send(call: Send) -> Any:
     """``apply_async`` of a task that may lock at enqueue (``may_lock_at_enqueue``).
 
     A new call whose key is already queued or running publishes nothing and is answered by
-    ``task._refused_at_send``. A message whose task id is given (a retry, a re-queued copy, a
-    canvas member, a caller's own id) is already promised to someone waiting on that id: it is
-    always published, with the lock if free, else unlocked, and its worker deals with the
-    duplicate."""
-    runtime, plan = send_plan(task, options)
+    ``task._refused_at_send`` (``task``: a ``SingletonTask``, whose module sits above this one).
+    A message whose task id is given (a retry, a re-queued copy, a canvas member, a caller's own
+    id) is already promised to someone waiting on that id: it is always published, with the
+    lock if free, else unlocked, and its worker deals with the duplicate."""
+    task, runtime, plan, publish, options = call.task, call.runtime, call.plan, call.publish, call.options
+    args, kwargs, task_id = call.args, call.kwargs, call.task_id
     if plan.options.lock_on != "enqueue":
-        return publish(args, kwargs, task_id, **options)
+        return call.as_is()
     key, headers = keyed_headers(task, plan, args, kwargs, options)
     new_call = task_id is None
     task_id = task_id or uuid()
@@ -102,8 +91,7 @@ def send(
         return publish(args, kwargs, task_id, headers=headers, **options)
     if not result.acquired and new_call:
         count("refused_at_send")
-        if plan.options.throttle is not None:
-            count("throttled")
+        plan.mode.on_refused_at_send(task, plan.options, key, result.holder)
         logger.info("Not sending duplicate %s: %s is held by %s", task.name, key, result.holder)
         send_duplicate(task, task_id, key, result.holder, plan.options.on_duplicate, "enqueue")
         return task._refused_at_send(plan.options, key, task_id, result.holder)
@@ -124,7 +112,7 @@ def send(
         raise
 
 
-def send_plan(task: SingletonTask, options: Mapping[str, Any]) -> tuple[Runtime, Plan]:
+def send_plan(task: Any, options: Mapping[str, Any]) -> tuple[Runtime, Plan]:
     """The app's runtime and the task's plan for the queue a send is routed to (``queue`` in the
     send's options, a name or a kombu Queue; without one, no queue layer)."""
     queue = options.get("queue")
@@ -134,7 +122,7 @@ def send_plan(task: SingletonTask, options: Mapping[str, Any]) -> tuple[Runtime,
 
 
 def keyed_headers(
-    task: SingletonTask, plan: Plan, args: Any, kwargs: Any, options: dict[str, Any]
+    task: Any, plan: Plan, args: Any, kwargs: Any, options: dict[str, Any]
 ) -> tuple[str, dict[str, Any]]:
     """The lock key of a send and its message headers (taken out of ``options``) carrying it.
 
@@ -159,7 +147,7 @@ def seconds_until(countdown: float | None, eta: datetime | str | None, tz: tzinf
     return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
 
 
-def message_expires(task: SingletonTask, options: Mapping[str, Any]) -> Any:
+def message_expires(task: Any, options: Mapping[str, Any]) -> Any:
     """The ``expires`` a send's message gets: the send's own (an explicit None clears the
     task's), else the task's default, as Celery's ``apply_async`` merges them."""
     return options.get("expires", task.expires)

@@ -6,7 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from celery import Celery, Task
-from celery.exceptions import Ignore, Retry
+from celery.exceptions import Retry
 
 from ..config.arguments import KEY_HEADER, KeyBuilder
 from ..config.keywords import check_keywords
@@ -15,12 +15,11 @@ from ..engine.holders import handover_id, queued_id, task_id_of
 from ..engine.leases import REDIS_ERRORS
 from ..engine.timing import to_ms
 from ..errors import DuplicateTaskError
-from ..modes import debounce
-from ..modes import keep_latest as latest
-from ..modes.keep_latest import acquire_latest
 from . import outcomes
 from . import sending as enqueue
-from .acquisition import Execution, Holding, Refused, acquire, release_queued
+from .acquisition import Execution, Holding, Refused
+from .mode import Send, registered
+from .plain import PlainMode  # noqa: F401  (imported: registers the default mode)
 from .queues import QUEUE_FIELD
 from .runtime import run_function, runtime_for, send_routes, task_options
 
@@ -34,8 +33,8 @@ HELD_FIELD = "redislock_held"
 INFO_FIELD = "redislock"
 #: The send route of a task that locks at execution: published as Celery publishes it.
 PUBLISH = "publish"
-#: The other send routes: each one's ``send(task, publish, args, kwargs, task_id, options)``.
-_SENDERS = {"debounce": debounce.send, "latest": latest.send, "enqueue": enqueue.send}
+#: The send route of any other: through its plan's mode (``Mode.send``).
+PLANNED = "planned"
 
 
 if TYPE_CHECKING:
@@ -112,30 +111,23 @@ class SingletonTask(_TaskBase):
         key = fields.get(KEY_HEADER) or plan.keys.key(args, kwargs, self)
         fields[KEY_HEADER] = key
         fields[INFO_FIELD] = None  # until it holds the lock: never while it runs unlocked
+        mode = plan.mode
         try:
-            if options.lock_until == "started":
-                # Unique while queued only: free this call's queued lock, so one more identical
-                # call can be queued while the body runs unlocked.
-                release_queued(runtime, key, str(request.id))
-                return self.run(*args, **kwargs)
-            if request.retries and outcomes.finished(self):
-                # A re-queued copy of a redelivered message whose original has finished meanwhile.
-                logger.info("Dropped redelivered %s[%s]: it has finished already", self.name, request.id)
-                raise Ignore()
-            execution = Execution(runtime, options, key, self.name, str(request.id), request.hostname)
-            if options.debounce is not None:
-                debounce.check(self, execution)  # a call superseded by a later one ends here
-            outcome = acquire_latest(self, execution) if options.keep_latest else acquire(execution)
+            execution = Execution(
+                runtime, options, mode, key, self.name, str(request.id), request.hostname, request.retries
+            )
+            mode.before_acquire(self, execution)
+            outcome: Holding | Refused | None = mode.acquire(self, execution)
         except REDIS_ERRORS as exc:
             # "retry" re-queues it, "fail" fails it (both raise); "run" runs it unlocked.
             outcomes.on_redis_error(self, runtime.settings, options, key, exc)
             return self.run(*args, **kwargs)
+        if outcome is None:  # the mode runs the body unlocked (unique while queued only)
+            return self.run(*args, **kwargs)
         if isinstance(outcome, Refused):
             if outcome.redelivered:
                 outcomes.on_redelivered(self, options, key, outcome.holder)
-            if options.debounce is not None:
-                debounce.wait_out(self, options, key, outcome.holder)
-            outcomes.on_duplicate(self, options, key, outcome.holder)
+            mode.on_refused(self, options, key, outcome.holder)
         fields[HELD_FIELD] = outcome
         fields[INFO_FIELD] = outcome.info
         try:
@@ -174,7 +166,7 @@ class SingletonTask(_TaskBase):
             options["headers"] = {**inherited, KEY_HEADER: key}
         held: Holding | None = getattr(self.request, HELD_FIELD, None)
         expires = options.get("expires", self.request.expires)  # what the retry's message gets
-        hand_to = None if held is None else self._retry_hand_to(held.options, eta, countdown, expires)
+        hand_to = None if held is None else self._retry_hand_to(held, eta, countdown, expires)
         self._release_held(hand_to)
         try:
             return super().retry(args, kwargs, exc, throw, eta, countdown, max_retries, **options)
@@ -187,7 +179,7 @@ class SingletonTask(_TaskBase):
             raise
 
     def _retry_hand_to(
-        self, options: LockOptions, eta: Any, countdown: float | None, expires: Any = None
+        self, held: Holding, eta: Any, countdown: float | None, expires: Any = None
     ) -> tuple[str, int] | None:
         """Whom a retry hands the lock to, for how long; None: released.
 
@@ -196,9 +188,10 @@ class SingletonTask(_TaskBase):
         atomically, so no other call slips in between a release and a re-acquire. Either lives
         until the retry is due, plus the usual TTL; one queued again, never past the retry's
         ``expires``."""
+        options, mode = held.options, held.mode
         queued_again = options.lock_on == "enqueue" and not self.request.is_eager  # eager: no queue
-        # A throttled run's retry keeps its window: handed over, as with release_on_retry=False.
-        keep = not options.release_on_retry or options.throttle is not None
+        # A mode may keep its lock across a retry (a throttle's window), as release_on_retry=False.
+        keep = not options.release_on_retry or mode.retry_keeps_lock
         if options.max_concurrency > 1 or (not keep and not queued_again):
             return None
         if countdown is None and not eta:
@@ -224,25 +217,20 @@ class SingletonTask(_TaskBase):
         if route == PUBLISH or rest or self.app.conf.task_always_eager:
             # Most tasks lock at execution: sending them needs no lock settings, no Redis.
             return super().apply_async(args, kwargs, task_id, *rest, **options)
-        send = _SENDERS[route]
-        return send(self, super().apply_async, args, kwargs, task_id, options)
+        runtime, plan = enqueue.send_plan(self, options)
+        return plan.mode.send(Send(self, runtime, plan, super().apply_async, args, kwargs, task_id, options))
 
     def _send_route(self) -> str:
-        """How ``apply_async`` sends this task: ``PUBLISH``, or the name of the module whose
-        ``send`` it goes through. Decided from the task's own options and the ``redislock_*``
-        layers, unresolved (the plan decides the rest), once a process (``reset_runtime``
-        forgets it with the settings): asked of Celery's settings, it cost a send 7 lookups."""
+        """How ``apply_async`` sends this task: ``PUBLISH``, or ``PLANNED`` (through its plan's
+        mode) when a mode's own ``send`` or a lock taken at enqueue may apply. Decided from the
+        task's own options and the ``redislock_*`` layers, unresolved (the plan decides the
+        rest), once a process (``reset_runtime`` forgets it with the settings): asked of
+        Celery's settings, it cost a send 7 lookups."""
         routes = send_routes(self.app)
         route = routes.get(self.name)
         if route is None:
-            if debounce.may_debounce(self):
-                route = "debounce"
-            elif latest.may_keep_latest(self):
-                route = "latest"
-            elif enqueue.may_lock_at_enqueue(self):
-                route = "enqueue"
-            else:
-                route = PUBLISH
+            planned = any(mode.sends_through(self) for mode in registered())
+            route = PLANNED if planned or enqueue.may_lock_at_enqueue(self) else PUBLISH
             routes[self.name] = route
         return route
 

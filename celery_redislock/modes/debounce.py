@@ -8,133 +8,171 @@ server's clock), in one script. When a message is due, it runs only if it is sti
 else it ends as a skipped duplicate naming the call that superseded it (``{id}@debounced``),
 counted ``debounced``. The latest runs under the key's lock as usual; if the previous burst's run
 still holds it, the latest is retried (``retry_countdown``) until it is free, never skipped, or
-the burst would be lost (``wait_out``).
+the burst would be lost (``on_refused``).
 """
 
 from __future__ import annotations
 
 import logging
-import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from celery import Task
 from celery.utils import uuid
 
+from ..config.mode_rules import Clash
 from ..config.options import LockOptions
 from ..config.urls import mask_url
+from ..engine.checks import number_text
 from ..engine.counting import count
 from ..engine.holders import debounced_id, task_id_of
-from ..engine.leases import REDIS_ERRORS
+from ..engine.keys import slot_key
+from ..engine.leases import REDIS_ERRORS, as_text
+from ..engine.script_runner import ScriptRunner, package_script
+from ..engine.scripts import ttl_arg
 from ..errors import DuplicateTaskError
-from ..integration import sending as enqueue
 from ..integration.acquisition import Execution
-from ..integration.outcomes import broker_wait_policy, retry_duplicate, skip
-from ..integration.runtime import app_layers_ask
-from ..integration.sending import Publish, seconds_until
+from ..integration.mode import Send
+from ..integration.outcomes import retry_duplicate, skip
+from ..integration.plain import PlainMode
+from ..integration.sending import keyed_headers, seconds_until
 from ..signals import send_duplicate
 
 if TYPE_CHECKING:
-    from ..integration.task import SingletonTask
+    from ..integration.plain import AnyTask
 
-__all__ = ["check", "may_debounce", "send", "user_max_retries", "wait_out"]
+__all__ = ["DEBOUNCE_CALL", "DEBOUNCE_RUN", "DebounceMode", "debounce_call", "debounce_keys", "debounce_run"]
 
 logger = logging.getLogger(__name__)
 
-
-def may_debounce(task: SingletonTask) -> bool:
-    """False when no layer can debounce ``task`` (the resolved plan decides the rest)."""
-    if task.debounce is not None:
-        return True
-    return app_layers_ask(task.app, "debounce", lambda value: value is not None)
+DEBOUNCE_CALL = package_script(__package__, "debounce_call.lua")
+DEBOUNCE_RUN = package_script(__package__, "debounce_run.lua")
 
 
-def send(
-    task: SingletonTask,
-    publish: Publish,
-    args: Any,
-    kwargs: Any,
-    task_id: str | None,
-    options: dict[str, Any],
-) -> Any:
-    """``apply_async`` of a task that may be debounced: a new call is recorded as its key's latest
-    and published with the burst's delay. A message whose task id is given (a retry, a re-queued
-    copy) is published as it is: it was debounced when first sent."""
-    runtime, plan = enqueue.send_plan(task, options)
-    settings = plan.options
-    if settings.debounce is None:  # another queue's task, or one that locks at enqueue
-        return enqueue.send(task, publish, args, kwargs, task_id, options)
-    if task_id is not None:
-        return publish(args, kwargs, task_id, **options)
-    key, headers = enqueue.keyed_headers(task, plan, args, kwargs, options)
-    task_id = uuid()
-    asked = seconds_until(options.pop("countdown", None), options.pop("eta", None), task.app.timezone)
-    ttl_ms = settings.queued_timeout_ms + settings.debounce_ms + settings.debounce_max_ms
-    try:
-        delay_ms = runtime.modes.debounce_call(
-            key, task_id, settings.debounce_ms, settings.debounce_max_ms, ttl_ms
-        )
-    except REDIS_ERRORS as exc:
-        # Not recorded: it is sent with the full delay and runs when due (a burst then runs more
-        # than once, which is better than losing its last call).
-        count("redis_errors")
-        logger.warning(
-            "Sending %s[%s] undebounced: Redis at %s is unreachable (%r)",
-            task.name,
-            task_id,
-            mask_url(runtime.settings.url),
-            exc,
-        )
-        delay_ms = settings.debounce_ms
-    # A countdown or eta the caller gave delays it further, never less.
-    countdown = max(asked, delay_ms / 1000)
-    return publish(args, kwargs, task_id, headers=headers, countdown=countdown, **options)
+class DebounceMode(PlainMode):
+    name = "debounce"
+    send_option = "debounce"
+    key_suffixes: ClassVar[Mapping[str, str]] = {
+        "debounce": "debounce: latest call {}",
+        "burst": "debounce: burst began at {} (server ms)",
+    }
 
+    def selects(self, options: LockOptions) -> bool:
+        return options.debounce is not None
 
-def check(task: SingletonTask, execution: Execution) -> None:
-    """A debounced call is due: return to run it if it is its burst's latest call, else end it
-    as a skipped duplicate naming the call that superseded it. Raises ``redis.RedisError``."""
-    latest = execution.runtime.modes.debounce_run(execution.key, execution.task_id)
-    if latest is None:
-        return
-    count("debounced")
-    holder = debounced_id(latest)
-    send_duplicate(task, execution.task_id, execution.key, holder, "skip", "execute")
-    error = DuplicateTaskError(task.name, execution.task_id, execution.key, holder, latest)
-    skip(task, error)
+    def clash(self, options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
+        """Each call is delayed in the queue and the burst's latest runs in the worker, after
+        the previous burst's run: not locked at enqueue (that would refuse the later calls at
+        send, which must replace the first), not released at the start (``lock_until=
+        "started"``), on one lock (not a semaphore's slots), not with another mode. Its calls'
+        ends are its own: a superseded call is skipped, the latest waits out a running one, so
+        ``on_duplicate`` "skip" or "raise" set with it ask for what never happens (set in
+        another layer, a default for every task there, they do not apply to it).
+        ``debounce_max`` bounds a debounce (alone, it does nothing), and must leave room for
+        one."""
+        debounce, most = options.get("debounce"), options.get("debounce_max")
+        if debounce is None:  # a debounce_max alone may be a layer's default for debounced tasks
+            return None
+        if most is not None and most < debounce:
+            return (
+                "debounce_max",
+                f"must be >= debounce ({number_text(debounce)}), got {number_text(most)}",
+                "debounce",
+            )
+        if options.get("lock_on") == "enqueue":
+            problem = "cannot be used with lock_on='enqueue' (every call of a burst is sent, the latest runs)"
+            return "debounce", problem, "lock_on"
+        if options.get("lock_until") == "started":
+            problem = "cannot be used with lock_until='started' (the burst's run waits out the previous one)"
+            return "debounce", problem, "lock_until"
+        if limit > 1:
+            problem = f"cannot be used with max_concurrency={limit} (use 1: one run of a key at a time)"
+            return "debounce", problem, "max_concurrency"
+        for other in ("throttle", "keep_latest"):
+            if options.get(other):
+                return "debounce", f"cannot be used with {other} (choose one mode)", other
+        strategy = options.get("on_duplicate")
+        if not merged and strategy in ("skip", "raise"):
+            problem = (
+                f"cannot be used with on_duplicate={strategy!r} (a superseded call is skipped and the "
+                f"burst's latest waits out a running one: use 'retry', or 'wait' to wait acquire_timeout "
+                f"in the worker first)"
+            )
+            return "debounce", problem, "on_duplicate"
+        return None
 
+    def send(self, call: Send) -> Any:
+        """A new call is recorded as its key's latest and published with the burst's delay. A
+        message whose task id is given (a retry, a re-queued copy) is published as it is: it was
+        debounced when first sent."""
+        if call.task_id is not None:
+            return call.as_is()
+        task, runtime, plan, options = call.task, call.runtime, call.plan, call.options
+        settings = plan.options
+        key, headers = keyed_headers(task, plan, call.args, call.kwargs, options)
+        task_id = uuid()
+        asked = seconds_until(options.pop("countdown", None), options.pop("eta", None), task.app.timezone)
+        ttl_ms = settings.queued_timeout_ms + settings.debounce_ms + settings.debounce_max_ms
+        try:
+            delay_ms = debounce_call(
+                runtime.scripts, key, task_id, settings.debounce_ms, settings.debounce_max_ms, ttl_ms
+            )
+        except REDIS_ERRORS as exc:
+            # Not recorded: it is sent with the full delay and runs when due (a burst then runs
+            # more than once, which is better than losing its last call).
+            count("redis_errors")
+            logger.warning(
+                "Sending %s[%s] undebounced: Redis at %s is unreachable (%r)",
+                task.name,
+                task_id,
+                mask_url(runtime.settings.url),
+                exc,
+            )
+            delay_ms = settings.debounce_ms
+        # A countdown or eta the caller gave delays it further, never less.
+        countdown = max(asked, delay_ms / 1000)
+        return call.publish(call.args, call.kwargs, task_id, headers=headers, countdown=countdown, **options)
 
-def wait_out(task: SingletonTask, options: LockOptions, key: str, holder: str) -> NoReturn:
-    """The burst's latest call is due and ``holder`` (the previous burst's run) holds ``key``:
-    re-queued every ``retry_countdown`` until the key is free, whatever ``on_duplicate`` says and
-    however long the run takes (the previous calls of its burst were skipped naming it: skipping
-    it too would lose the burst). Only a ``max_retries`` the task sets itself bounds the waits: a
-    call out of those is lost, logged as an ERROR and counted ``debounce_lost``, its FAILURE
-    stored. Eager, where nothing can be re-queued, it ends as a skipped duplicate."""
-    request = task.request
-    task_id = str(request.id)
-    error = DuplicateTaskError(task.name, task_id, key, holder, task_id_of(holder))
-    send_duplicate(task, task_id, key, holder, "retry", "execute")
-    if request.is_eager:
-        skip(task, error)
-    bound = user_max_retries(task)
-    if bound is not None and request.retries >= bound:
-        count("debounce_lost")
-        logger.error(
-            "Lost debounced %s[%s]: %s was still held by %s after %d retries (the task's "
-            "max_retries); nothing of its burst runs",
-            task.name,
-            task_id,
-            key,
-            holder,
-            request.retries,
-        )
-        skip(task, error)
-    try:
-        retry_duplicate(task, options, error, max_retries=sys.maxsize, retry_policy=broker_wait_policy(task))
-    finally:
-        # Celery's retry() leaves the bound given on the task object, where its autoretry_for
-        # would read it for this task's later runs in this process.
-        vars(task).pop("override_max_retries", None)
+    def before_acquire(self, task: AnyTask, execution: Execution) -> None:
+        """A debounced call is due: it goes on if it is its burst's latest call, else ends as a
+        skipped duplicate naming the call that superseded it. Raises ``redis.RedisError``."""
+        super().before_acquire(task, execution)
+        latest = debounce_run(execution.runtime.scripts, execution.key, execution.task_id)
+        if latest is None:
+            return
+        count("debounced")
+        holder = debounced_id(latest)
+        send_duplicate(task, execution.task_id, execution.key, holder, "skip", "execute")
+        skip(task, DuplicateTaskError(task.name, execution.task_id, execution.key, holder, latest))
+
+    def on_refused(self, task: AnyTask, options: LockOptions, key: str, holder: str) -> NoReturn:
+        """The burst's latest call is due and ``holder`` (the previous burst's run) holds
+        ``key``: re-queued every ``retry_countdown`` until the key is free, whatever
+        ``on_duplicate`` says and however long the run takes (the previous calls of its burst
+        were skipped naming it: skipping it too would lose the burst). Only a ``max_retries``
+        the task sets itself bounds the waits: a call out of those is lost, logged as an ERROR
+        and counted ``debounce_lost``, its FAILURE stored. Eager, where nothing can be
+        re-queued, it ends as a skipped duplicate."""
+        request = task.request
+        task_id = str(request.id)
+        error = DuplicateTaskError(task.name, task_id, key, holder, task_id_of(holder))
+        send_duplicate(task, task_id, key, holder, "retry", "execute")
+        if request.is_eager:
+            skip(task, error)
+        bound = user_max_retries(task)
+        if bound is not None and request.retries >= bound:
+            count("debounce_lost")
+            logger.error(
+                "Lost debounced %s[%s]: %s was still held by %s after %d retries (the task's "
+                "max_retries); nothing of its burst runs",
+                task.name,
+                task_id,
+                key,
+                holder,
+                request.retries,
+            )
+            skip(task, error)
+        retry_duplicate(task, options, error, unlimited=True)
 
 
 def user_max_retries(task: Task[Any, Any]) -> int | None:
@@ -147,3 +185,26 @@ def user_max_retries(task: Task[Any, Any]) -> int | None:
             bound: int | None = vars(owner)["max_retries"]
             return bound
     return None
+
+
+def debounce_keys(key: str) -> list[str]:
+    """Where debounce records the latest call of lock ``key`` and its burst's first-call time,
+    in its cluster slot."""
+    return [slot_key(key, "debounce"), slot_key(key, "burst")]
+
+
+def debounce_call(
+    scripts: ScriptRunner, key: str, task_id: str, delay_ms: int, max_ms: int, ttl_ms: int
+) -> int:
+    """Record ``task_id`` as the latest call of ``key``'s burst; the delay (ms) to send it with."""
+    args = [task_id, str(delay_ms), str(max_ms), ttl_arg(ttl_ms)]
+    return int(scripts.run(DEBOUNCE_CALL, debounce_keys(key), args))
+
+
+def debounce_run(scripts: ScriptRunner, key: str, task_id: str) -> str | None:
+    """None: ``task_id`` runs (the burst is over); else the task id that superseded it."""
+    reply = scripts.run(DEBOUNCE_RUN, debounce_keys(key), [task_id])
+    return None if reply == 1 else as_text(reply)
+
+
+MODE = DebounceMode()

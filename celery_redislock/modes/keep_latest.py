@@ -4,44 +4,58 @@ Every call records itself as the key's latest (``{lock key}:latest``, its task i
 sent (``send``), so that calls queued while every worker process is busy replace each other
 too; or, for a message sent otherwise (``send_task``, a producer without this package), when a
 worker takes it. At execution a call takes the lock if it is free and it is still the latest,
-in one script (``keep_latest.lua``). A call that finds the lock held is the pending one: it is re-queued (same task id, like a retry) and checks again every
-``PENDING_POLL`` seconds; it runs once the lock is free, unless a later call has become the
-latest meanwhile: then it ends as a skipped duplicate naming that call (``{task id}@latest``),
-its result stored, so its caller is answered. Only the latest call can ever take the lock after
-the running one, so nothing called after the last run started is lost, and the latest
-arguments win.
+in one script (``keep_latest.lua``). A call that finds the lock held is the pending one: it is
+re-queued (same task id, like a retry) and checks again every ``PENDING_POLL`` seconds; it runs
+once the lock is free, unless a later call has become the latest meanwhile: then it ends as a
+skipped duplicate naming that call (``{task id}@latest``), its result stored, so its caller is
+answered. Only the latest call can ever take the lock after the running one, so nothing called
+after the last run started is lost, and the latest arguments win.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
-from celery import Task
 from celery.exceptions import Ignore
 from celery.utils import uuid
 
+from ..config.mode_rules import Clash
 from ..config.options import LockOptions
 from ..config.urls import mask_url
 from ..engine import Lease
 from ..engine.counting import count
 from ..engine.holders import any_delivery_prefix, latest_id, task_id_of
-from ..engine.leases import REDIS_ERRORS
-from ..engine.mode_scripts import LatestReply, latest_key
+from ..engine.keys import slot_key
+from ..engine.leases import REDIS_ERRORS, as_text
+from ..engine.script_runner import ScriptRunner, package_script
+from ..engine.scripts import ttl_arg
 from ..engine.timing import DEFAULT_RETRY_DELAY
-from ..integration import sending as enqueue
 from ..integration.acquisition import Execution, Outcome, Refused, freed_dead_delivery, hold
-from ..integration.outcomes import broker_wait_policy
-from ..integration.runtime import Runtime, app_layers_ask
-from ..integration.sending import Publish
+from ..integration.mode import Send
+from ..integration.outcomes import on_duplicate, requeue
+from ..integration.plain import PlainMode
+from ..integration.runtime import Runtime
+from ..integration.sending import keyed_headers
 
 if TYPE_CHECKING:
-    from ..integration.task import SingletonTask
+    from ..integration.plain import AnyTask
 
-__all__ = ["PENDING_HEADER", "PENDING_POLL", "acquire_latest", "may_keep_latest", "send"]
+__all__ = [
+    "KEEP_LATEST",
+    "PENDING_HEADER",
+    "PENDING_POLL",
+    "KeepLatestMode",
+    "LatestReply",
+    "latest_key",
+    "step",
+]
 
 logger = logging.getLogger(__name__)
+
+KEEP_LATEST = package_script(__package__, "keep_latest.lua")
 
 #: The message header (a request attribute in the worker) marking a call recorded as the latest
 #: already (when sent, or a re-queued pending call): it only checks whether it is still the
@@ -52,49 +66,93 @@ PENDING_HEADER = "redislock_pending"
 PENDING_POLL = DEFAULT_RETRY_DELAY
 
 
-def may_keep_latest(task: SingletonTask) -> bool:
-    """False when no layer can give ``task`` keep_latest (the resolved plan decides the rest)."""
-    if task.keep_latest is not None:
-        return bool(task.keep_latest)
-    return app_layers_ask(task.app, "keep_latest", bool)
+class KeepLatestMode(PlainMode):
+    name = "keep_latest"
+    send_option = "keep_latest"
+    key_suffixes: ClassVar[Mapping[str, str]] = {"latest": "keep_latest: latest call {}"}
 
+    def selects(self, options: LockOptions) -> bool:
+        return options.keep_latest
 
-def send(
-    task: SingletonTask,
-    publish: Publish,
-    args: Any,
-    kwargs: Any,
-    task_id: str | None,
-    options: dict[str, Any],
-) -> Any:
-    """``apply_async`` of a task that may keep the latest: a new call is recorded as its key's
-    latest before it is published, so a call sent earlier and still queued is replaced by it even
-    when no worker process is free to take either (one solo worker, ``-c 1`` busy). A message
-    whose task id is given (a retry, a re-queued copy) is published as it is."""
-    runtime, plan = enqueue.send_plan(task, options)
-    if not plan.options.keep_latest:  # another queue's task
-        return enqueue.send(task, publish, args, kwargs, task_id, options)
-    if task_id is not None:
-        return publish(args, kwargs, task_id, **options)
-    key, headers = enqueue.keyed_headers(task, plan, args, kwargs, options)
-    task_id = uuid()
-    recorded = _record(task, runtime, key, task_id, latest_ttl(plan.options))
-    if recorded:
-        headers[PENDING_HEADER] = "1"
-    try:
-        return publish(args, kwargs, task_id, headers=headers, **options)
-    except BaseException:
+    def selected_by(self, value: Any) -> bool:
+        return bool(value)
+
+    def clash(self, options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
+        """A refused call is the pending one (re-queued until the key is free or a later call
+        replaces it; ``on_duplicate`` only says whether a replaced call is skipped or, with
+        "raise", fails): decided in the worker (not at enqueue), on one lock (not a semaphore),
+        taken without a fencing token, never with a throttle (which call would a window
+        keep?)."""
+        if not options.get("keep_latest"):
+            return None
+        if options.get("fencing") is True:
+            problem = "True cannot be used with fencing (keep_latest takes its lock without a token)"
+            return "keep_latest", problem, "fencing"
+        if options.get("throttle") is not None:
+            return "keep_latest", "True cannot be used with throttle (choose one mode)", "throttle"
+        if limit > 1:
+            problem = f"True cannot be used with max_concurrency={limit} (one running, one pending)"
+            return "keep_latest", problem, "max_concurrency"
+        if options.get("lock_on") == "enqueue":
+            problem = "True cannot be used with lock_on='enqueue' (the pending call is chosen in the worker)"
+            return "keep_latest", problem, "lock_on"
+        return None
+
+    def send(self, call: Send) -> Any:
+        """A new call is recorded as its key's latest before it is published, so a call sent
+        earlier and still queued is replaced by it even when no worker process is free to take
+        either (one solo worker, ``-c 1`` busy). A message whose task id is given (a retry, a
+        re-queued copy) is published as it is."""
+        if call.task_id is not None:
+            return call.as_is()
+        task, runtime, plan, options = call.task, call.runtime, call.plan, call.options
+        key, headers = keyed_headers(task, plan, call.args, call.kwargs, options)
+        task_id = uuid()
+        recorded = _record(task, runtime, key, task_id, latest_ttl(plan.options))
         if recorded:
-            # Never sent: a call that names it as the latest would be replaced by nothing.
-            # Forget it (if still the latest), so the calls queued before it run.
-            try:
-                runtime.engine.release(latest_key(key), task_id)
-            except REDIS_ERRORS:
-                logger.warning("Could not forget %s as the latest of %s; it expires on its TTL", task_id, key)
-        raise
+            headers[PENDING_HEADER] = "1"
+        try:
+            return call.publish(call.args, call.kwargs, task_id, headers=headers, **options)
+        except BaseException:
+            if recorded:
+                # Never sent: a call that names it as the latest would be replaced by nothing.
+                # Forget it (if still the latest), so the calls queued before it run.
+                try:
+                    runtime.engine.release(latest_key(key), task_id)
+                except REDIS_ERRORS:
+                    logger.warning(
+                        "Could not forget %s as the latest of %s; it expires on its TTL", task_id, key
+                    )
+            raise
+
+    def acquire(self, task: AnyTask, execution: Execution) -> Outcome:
+        """Run (a Holding), be replaced (a Refused naming the latest call), be another delivery
+        of the running message (a redelivered Refused), or be the pending call: re-queued here
+        (raises ``Ignore``). Raises ``redis.RedisError`` when Redis is unreachable."""
+        recheck = bool(getattr(task.request, PENDING_HEADER, None))
+        reply = _step(execution, recheck)
+        if reply.status == "pending" and execution.held_by_dead_delivery(reply.other):
+            # This very message, from a child that died here: take over, as acquire() does.
+            execution.runtime.engine.release(execution.key, reply.other)
+            freed_dead_delivery(execution, reply.other)
+            reply = _step(execution, recheck=True)
+        if reply.status == "run":
+            lease = Lease(execution.key, execution.holder, execution.options.timeout_ms)
+            return hold(execution, execution.runtime.engine, lease)
+        if reply.status == "replaced":
+            count("replaced")
+            return Refused(latest_id(reply.other), redelivered=False)
+        if task_id_of(reply.other) == execution.task_id:
+            return Refused(reply.other, redelivered=True)
+        return _pend(task, execution, reply.other)
+
+    def on_refused(self, task: AnyTask, options: LockOptions, key: str, holder: str) -> NoReturn:
+        # Replaced (or pending, eager): a retry would find it so again, so it is skipped, or
+        # with "raise", fails.
+        on_duplicate(task, options, key, holder, "raise" if options.on_duplicate == "raise" else "skip")
 
 
-def _record(task: SingletonTask, runtime: Runtime, key: str, task_id: str, ttl_ms: int) -> bool:
+def _record(task: AnyTask, runtime: Runtime, key: str, task_id: str, ttl_ms: int) -> bool:
     """Record ``task_id`` as ``key``'s latest call, before its publish (a worker may take the
     message at once, and must find it the latest); False when Redis is unreachable: its worker
     records it when it takes it (it replaces fewer calls queued meanwhile, but loses none)."""
@@ -119,33 +177,10 @@ def latest_ttl(options: LockOptions) -> int:
     return max(options.queued_timeout_ms, options.timeout_ms)
 
 
-def acquire_latest(task: Task[Any, Any], execution: Execution) -> Outcome:
-    """Run (a Holding), be replaced (a Refused naming the latest call), be another delivery of
-    the running message (a redelivered Refused), or be the pending call: re-queued here (raises
-    ``Ignore``). Raises ``redis.RedisError`` when Redis is unreachable."""
-    recheck = bool(getattr(task.request, PENDING_HEADER, None))
-    reply = _step(execution, recheck)
-    if reply.status == "pending" and execution.held_by_dead_delivery(reply.other):
-        # This very message, from a child that died here: take over, as acquire() does.
-        execution.runtime.engine.release(execution.key, reply.other)
-        freed_dead_delivery(execution, reply.other)
-        reply = _step(execution, recheck=True)
-    options = execution.options
-    if reply.status == "run":
-        return hold(
-            execution, execution.runtime.engine, Lease(execution.key, execution.holder, options.timeout_ms)
-        )
-    if reply.status == "replaced":
-        count("replaced")
-        return Refused(latest_id(reply.other), redelivered=False)
-    if task_id_of(reply.other) == execution.task_id:
-        return Refused(reply.other, redelivered=True)
-    return _pend(task, execution, reply.other)
-
-
 def _step(execution: Execution, recheck: bool) -> LatestReply:
     options = execution.options
-    return execution.runtime.modes.keep_latest(
+    return step(
+        execution.runtime.scripts,
         execution.key,
         execution.holder,
         options.timeout_ms,
@@ -156,7 +191,7 @@ def _step(execution: Execution, recheck: bool) -> LatestReply:
     )
 
 
-def _pend(task: Task[Any, Any], execution: Execution, holder: str) -> Outcome:
+def _pend(task: AnyTask, execution: Execution, holder: str) -> Outcome:
     request = task.request
     if request.is_eager:  # nothing can be re-queued: it ends as a duplicate of the running one
         return Refused(holder, redelivered=False)
@@ -167,12 +202,48 @@ def _pend(task: Task[Any, Any], execution: Execution, holder: str) -> Outcome:
         execution.key,
         holder,
     )
-    # Published like a retry (same task id, waits for the broker); no RETRY state is stored.
-    task.retry(
-        countdown=PENDING_POLL,
-        throw=False,
-        max_retries=sys.maxsize,
-        retry_policy=broker_wait_policy(task),
-        headers={PENDING_HEADER: "1"},
-    )
+    # No RETRY state is stored: the call has not failed, it waits its turn.
+    requeue(task, countdown=PENDING_POLL, throw=False, headers={PENDING_HEADER: "1"})
     raise Ignore()
+
+
+# --- its Redis calls ------------------------------------------------------------------------
+
+
+def latest_key(key: str) -> str:
+    """Where keep_latest records the latest call of lock ``key``, in its cluster slot."""
+    return slot_key(key, "latest")
+
+
+@dataclass(frozen=True)
+class LatestReply:
+    """``keep_latest.lua``'s answer: ``"run"``, ``"replaced"`` (``other`` is the task id of the
+    latest call) or ``"pending"`` (``other`` holds the lock)."""
+
+    status: str
+    other: str
+
+
+_STATUS = {0: "replaced", 1: "run", 2: "pending"}
+
+
+def step(
+    scripts: ScriptRunner,
+    key: str,
+    holder: str,
+    ttl_ms: int,
+    task_id: str,
+    latest_ttl_ms: int,
+    *,
+    recheck: bool,
+    deliveries: str,
+) -> LatestReply:
+    """Record ``task_id`` as the latest call of ``key`` (a ``recheck``: only if it still is) and
+    take the lock for ``holder`` if it is free. A lock held by another delivery of this very
+    message (a holder id starting with ``deliveries``) leaves the latest call alone."""
+    args = [holder, ttl_arg(ttl_ms), task_id, ttl_arg(latest_ttl_ms), "1" if recheck else "0", deliveries]
+    code, other = scripts.run(KEEP_LATEST, [key, latest_key(key)], args)
+    return LatestReply(_STATUS[int(code)], as_text(other))
+
+
+MODE = KeepLatestMode()

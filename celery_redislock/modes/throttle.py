@@ -2,42 +2,87 @@
 lock (renewed, so two never overlap however long it runs); when it ends, the key is kept as
 ``{task id}@throttled`` until ``SECONDS`` after the run started, so calls inside the window are
 duplicates (``on_duplicate``), and at send (``lock_on="enqueue"``) are answered with that run's
-AsyncResult."""
+AsyncResult. A retried run keeps the window (its lock is handed to the retry)."""
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from ..config.mode_rules import Clash
+from ..config.options import LockOptions
 from ..engine.counting import count
 from ..engine.holders import task_id_of, throttled_id
+from ..engine.leases import as_text
+from ..engine.script_runner import ScriptRunner, package_script
 from ..engine.timing import to_ms
+from ..integration.acquisition import Holding, lost_at_release
+from ..integration.plain import PlainMode
 
 if TYPE_CHECKING:
-    from ..integration.acquisition import Holding
+    from ..integration.plain import AnyTask
 
-__all__ = ["end_throttle"]
+__all__ = ["THROTTLE_END", "ThrottleMode", "end_window"]
 
 logger = logging.getLogger(__name__)
 
+THROTTLE_END = package_script(__package__, "throttle_end.lua")
 
-def end_throttle(held: Holding) -> None:
-    """The run ended: keep its key for the rest of its window (released if none is left).
 
-    The window is measured from the run's start on this process's monotonic clock and handed to
-    Redis as a TTL (PX), so it ends on the server's clock whatever the hosts' wall clocks say.
-    Raises ``redis.RedisError`` (the caller logs it: the key then expires on its lock TTL)."""
-    lease, runtime = held.lease, held.runtime
-    elapsed_ms = to_ms(time.monotonic() - held.started, minimum=0)
-    left_ms = held.options.throttle_ms - elapsed_ms
-    keep_as = throttled_id(task_id_of(lease.holder))
-    reply = runtime.modes.end_throttle(
-        lease.key, lease.holder, keep_as, left_ms, runtime.release_channel(lease.key)
-    )
-    if reply == 1:
-        count("released")
-    elif reply != 2:
-        logger.error(
-            "Lock %s was no longer held by %s at release (expired or taken)", lease.key, lease.holder
+class ThrottleMode(PlainMode):
+    name = "throttle"
+    retry_keeps_lock = True
+
+    def selects(self, options: LockOptions) -> bool:
+        return options.throttle is not None
+
+    def clash(self, options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
+        """The window is kept on one key, so not a semaphore's slots; it starts when a run
+        starts, so the lock must be held from there (not released at the start)."""
+        if options.get("throttle") is None:
+            return None
+        if limit > 1:
+            return "throttle", f"cannot be used with max_concurrency={limit} (use 1)", "max_concurrency"
+        if options.get("lock_until") == "started":
+            problem = "cannot be used with lock_until='started' (the window starts when the run starts)"
+            return "throttle", problem, "lock_until"
+        return None
+
+    def on_refused(self, task: AnyTask, options: LockOptions, key: str, holder: str) -> NoReturn:
+        count("throttled")
+        super().on_refused(task, options, key, holder)
+
+    def on_refused_at_send(self, task: AnyTask, options: LockOptions, key: str, holder: str) -> None:
+        count("throttled")
+
+    def on_release(self, held: Holding) -> bool:
+        """The run ended: keep its key for the rest of its window (released if none is left).
+
+        The window is measured from the run's start on this process's monotonic clock and handed
+        to Redis as a TTL (PX), so it ends on the server's clock whatever the hosts' wall clocks
+        say. Raises ``redis.RedisError`` (the caller logs it: the key then expires on its lock
+        TTL)."""
+        lease, runtime = held.lease, held.runtime
+        left_ms = held.options.throttle_ms - to_ms(time.monotonic() - held.started, minimum=0)
+        keep_as = throttled_id(task_id_of(lease.holder))
+        reply = end_window(
+            runtime.scripts, lease.key, lease.holder, keep_as, left_ms, runtime.release_channel(lease.key)
         )
+        if reply == 1:
+            count("released")
+        elif reply != 2:
+            lost_at_release(lease)
+        return True
+
+
+def end_window(scripts: ScriptRunner, key: str, holder: str, keep_as: str, left_ms: int, notify: str) -> Any:
+    """Keep ``key`` as ``keep_as`` for the ``left_ms`` left in its window (deleted, and published
+    on ``notify``, if none is left) if ``holder`` still has it. Returns 2 kept, 1 deleted, else
+    the current holder (or None: gone)."""
+    reply = scripts.run(THROTTLE_END, [key], [holder, keep_as, str(max(0, left_ms)), notify])
+    return reply if isinstance(reply, int) or reply is None else as_text(reply)
+
+
+MODE = ThrottleMode()

@@ -9,7 +9,9 @@ import redis
 
 from celery_redislock.contrib.testing import RedisServer
 from celery_redislock.engine.holders import any_delivery_prefix
-from celery_redislock.engine.mode_scripts import ModeEngine, latest_key
+from celery_redislock.engine.script_runner import ScriptRunner
+from celery_redislock.modes import keep_latest
+from celery_redislock.modes.keep_latest import latest_key
 
 KEY = "redislock:modes.t:0123"
 
@@ -22,8 +24,9 @@ def client(redislock_server: RedisServer) -> Iterator[redis.Redis]:
     client.close()
 
 
-def step(modes: ModeEngine, task_id: str, delivery: int, *, recheck: bool = False) -> tuple[str, str]:
-    reply = modes.keep_latest(
+def step(scripts: ScriptRunner, task_id: str, delivery: int, *, recheck: bool = False) -> tuple[str, str]:
+    reply = keep_latest.step(
+        scripts,
         KEY,
         f"{task_id}@w:{delivery}",
         10_000,
@@ -38,7 +41,7 @@ def step(modes: ModeEngine, task_id: str, delivery: int, *, recheck: bool = Fals
 def test_a_redelivered_copy_of_the_running_message_does_not_replace_the_pending_call(
     client: redis.Redis,
 ) -> None:
-    modes = ModeEngine(client)
+    modes = ScriptRunner(client)
     assert step(modes, "a", 1) == ("run", "")
     assert step(modes, "b", 1) == ("pending", "a@w:1")
     # The broker gives "a" out again while it runs: not a new call, the pending "b" stays latest.
@@ -50,7 +53,7 @@ def test_a_redelivered_copy_of_the_running_message_does_not_replace_the_pending_
 
 
 def test_a_later_call_replaces_the_pending_one_and_only_the_latest_runs(client: redis.Redis) -> None:
-    modes = ModeEngine(client)
+    modes = ScriptRunner(client)
     assert step(modes, "a", 1) == ("run", "")
     assert step(modes, "b", 1) == ("pending", "a@w:1")
     assert step(modes, "c", 1) == ("pending", "a@w:1")

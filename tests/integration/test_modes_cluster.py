@@ -10,7 +10,9 @@ from redis.cluster import RedisCluster
 
 from celery_redislock.config.urls import make_client
 from celery_redislock.contrib.testing import ClusterSet
-from celery_redislock.engine.mode_scripts import LatestReply, ModeEngine, latest_key
+from celery_redislock.engine.script_runner import ScriptRunner
+from celery_redislock.modes import debounce, keep_latest, throttle
+from celery_redislock.modes.keep_latest import LatestReply, latest_key
 
 
 @pytest.fixture
@@ -25,9 +27,11 @@ def client(cluster: ClusterSet) -> Iterator[RedisCluster]:
 DELIVERIES = "none-of-these@"
 
 
-def keep_latest(modes: ModeEngine, key: str, holder: str, *, recheck: bool = False) -> LatestReply:
+def latest(modes: ScriptRunner, key: str, holder: str, *, recheck: bool = False) -> LatestReply:
     """keep_latest for the call ``holder`` names (its task id is the holder's first letter)."""
-    return modes.keep_latest(key, holder, 10_000, holder[0], 60_000, recheck=recheck, deliveries=DELIVERIES)
+    return keep_latest.step(
+        modes, key, holder, 10_000, holder[0], 60_000, recheck=recheck, deliveries=DELIVERIES
+    )
 
 
 def keys_on_every_node(client: RedisCluster) -> list[str]:
@@ -37,23 +41,23 @@ def keys_on_every_node(client: RedisCluster) -> list[str]:
 
 
 def test_throttle_keep_latest_and_debounce_scripts_on_every_node(client: RedisCluster) -> None:
-    modes = ModeEngine(client)
+    modes = ScriptRunner(client)
     for key in keys_on_every_node(client):
         # keep_latest: the first call takes the lock, the next is pending, a later one replaces it.
-        assert keep_latest(modes, key, "a@w:1").status == "run"
-        assert keep_latest(modes, key, "b@w:2").status == "pending"
-        assert keep_latest(modes, key, "c@w:3").status == "pending"
-        replaced = keep_latest(modes, key, "b@w:4", recheck=True)
+        assert latest(modes, key, "a@w:1").status == "run"
+        assert latest(modes, key, "b@w:2").status == "pending"
+        assert latest(modes, key, "c@w:3").status == "pending"
+        replaced = latest(modes, key, "b@w:4", recheck=True)
         assert (replaced.status, replaced.other) == ("replaced", "c")
         # throttle: the run's end keeps its key for the rest of the window.
-        assert modes.end_throttle(key, "a@w:1", "a@throttled", 5_000, "") == 2
+        assert throttle.end_window(modes, key, "a@w:1", "a@throttled", 5_000, "") == 2
         assert 0 < client.pttl(key) <= 5_000 and client.get(key) == b"a@throttled"
         client.delete(key)
         # debounce: the first call is delayed in full, the latest runs, earlier ones are superseded.
-        assert modes.debounce_call(key, "d1", 1_000, 1_500, 60_000) == 1_000
-        assert modes.debounce_call(key, "d2", 1_000, 1_500, 60_000) <= 1_000
-        assert modes.debounce_run(key, "d1") == "d2"
-        assert modes.debounce_run(key, "d2") is None
+        assert debounce.debounce_call(modes, key, "d1", 1_000, 1_500, 60_000) == 1_000
+        assert debounce.debounce_call(modes, key, "d2", 1_000, 1_500, 60_000) <= 1_000
+        assert debounce.debounce_run(modes, key, "d1") == "d2"
+        assert debounce.debounce_run(modes, key, "d2") is None
 
 
 def test_the_mode_scripts_with_hash_tagged_prefixes_on_every_node(client: RedisCluster) -> None:
@@ -61,11 +65,11 @@ def test_the_mode_scripts_with_hash_tagged_prefixes_on_every_node(client: RedisC
     # too, or keep_latest (the lock and its latest call in one script) fails with CROSSSLOT.
     keys = [f"{{tenant{n}}}:modes:{n:032x}" for n in range(30)]
     assert len({client.get_node_from_key(key).name for key in keys}) == 3
-    modes = ModeEngine(client)
+    modes = ScriptRunner(client)
     for key in keys:
-        assert keep_latest(modes, key, "a@w:1").status == "run"
-        assert keep_latest(modes, key, "b@w:2").status == "pending"
+        assert latest(modes, key, "a@w:1").status == "run"
+        assert latest(modes, key, "b@w:2").status == "pending"
         assert client.get(latest_key(key)) == b"b"
-        assert modes.end_throttle(key, "a@w:1", "a@throttled", 5_000, "") == 2
-        assert modes.debounce_call(key, "d1", 1_000, 1_500, 60_000) == 1_000
-        assert modes.debounce_run(key, "d1") is None
+        assert throttle.end_window(modes, key, "a@w:1", "a@throttled", 5_000, "") == 2
+        assert debounce.debounce_call(modes, key, "d1", 1_000, 1_500, 60_000) == 1_000
+        assert debounce.debounce_run(modes, key, "d1") is None

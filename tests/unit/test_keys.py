@@ -28,8 +28,9 @@ from celery_redislock.config import arguments
 from celery_redislock.config.arguments import MAX_DEPTH, KeyBuilder, canonical, digest
 from celery_redislock.engine import keys
 from celery_redislock.engine.keys import format_key, parse_key
-from celery_redislock.engine.mode_scripts import debounce_keys, latest_key
 from celery_redislock.errors import LockKeyError, OptionError
+from celery_redislock.modes.debounce import debounce_keys
+from celery_redislock.modes.keep_latest import latest_key
 
 KEY_RE = re.compile(r"^redislock:proj\.f:[0-9a-f]{32}$")
 

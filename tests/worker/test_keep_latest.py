@@ -17,8 +17,8 @@ from kombu.exceptions import OperationalError
 
 from celery_redislock import DuplicateTaskError, SingletonTask
 from celery_redislock.contrib.testing import RedisServer
-from celery_redislock.engine.mode_scripts import latest_key
 from celery_redislock.integration.runtime import runtime_for
+from celery_redislock.modes.keep_latest import latest_key
 from celery_redislock.ops.stats import counters
 
 from .conftest import (

@@ -16,8 +16,8 @@ import redis
 from celery import Celery
 
 from celery_redislock import DuplicateTaskError, SingletonTask
-from celery_redislock.engine.mode_scripts import latest_key
 from celery_redislock.integration.runtime import runtime_for
+from celery_redislock.modes.keep_latest import latest_key
 
 from .conftest import poll
 

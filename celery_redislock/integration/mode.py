@@ -1,0 +1,133 @@
+"""The protocol a mode speaks to the Celery glue (how its calls are sent, ask for their key, end
+when refused, release it), the plan that carries a task's mode, and the registry the modes
+register into. ``plain.py`` is the default mode; ``celery_redislock.modes`` registers the others.
+
+The glue asks only ``plan.mode``, resolved once per plan (``mode_for``): it names no mode and
+tests no mode's option. A mode's combination rules go to the options' validation through
+``config.mode_rules`` when it registers, so registration-time errors name both options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, NoReturn, Protocol
+
+from ..config.arguments import KeyBuilder
+from ..config.mode_rules import Clash, add_rule
+from ..config.options import LockOptions
+
+__all__ = ["Mode", "Plan", "Publish", "Send", "mode_for", "register", "registered"]
+
+#: ``Task.apply_async`` of the task's Celery base: what finally publishes.
+Publish = Callable[..., Any]
+
+
+class Mode(Protocol):
+    """One mode's hooks, called by the glue in this order for an execution: ``before_acquire``,
+    ``acquire``, then ``on_refused`` (a duplicate) or, when the run ends, ``on_release``; and
+    ``send`` for a call made with ``apply_async``. Types the glue owns (its execution, holding
+    and runtime) are ``Any`` here: this module sits below them."""
+
+    #: The mode's name, as its option is named (``"plain"`` for the default).
+    name: ClassVar[str]
+    #: A retried run takes over this mode's lock (``release_on_retry=False`` whatever it says):
+    #: a throttle's window must outlive its run's retry.
+    retry_keeps_lock: ClassVar[bool]
+    #: What the mode keeps beside its lock key (``keys.slot_key`` suffix -> how ``celery
+    #: redislock list`` describes the key's value, ``{}`` taking the value).
+    key_suffixes: ClassVar[Mapping[str, str]]
+
+    def selects(self, options: LockOptions) -> bool:
+        """Whether a plan with ``options`` is this mode's (at most one mode selects any)."""
+
+    def sends_through(self, task: Any) -> bool:
+        """Whether a call of ``task`` may need this mode's ``send``, decided without resolving
+        the plan (the task's own option, else any app or queue layer's)."""
+
+    def clash(self, options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
+        """``(option, problem, other option)`` when ``options`` combine this mode with an
+        option it cannot go with (``config.mode_rules``), else None."""
+
+    def send(self, call: Send) -> Any:
+        """``apply_async`` of one call of a task planned with this mode."""
+
+    def before_acquire(self, task: Any, execution: Any) -> None:
+        """Before the key is asked for: raise to end the call here."""
+
+    def acquire(self, task: Any, execution: Any) -> Any:
+        """Ask for the key: a ``Holding``, a ``Refused``, or None (the body runs unlocked).
+        Raises ``redis.RedisError`` when Redis is unreachable."""
+
+    def on_refused(self, task: Any, options: LockOptions, key: str, holder: str) -> NoReturn:
+        """Another call holds ``key``: how this call ends (never by running)."""
+
+    def on_refused_at_send(self, task: Any, options: LockOptions, key: str, holder: str) -> None:
+        """A new call was refused at send (its key held): before the caller is answered."""
+
+    def on_release(self, held: Any) -> bool:
+        """The run ended: True when the mode has released the key its own way."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a task needs to lock one execution: its resolved options, its key builder, its mode."""
+
+    options: LockOptions
+    keys: KeyBuilder
+    mode: Mode
+
+    def key(self, task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+        return self.keys.key(args, kwargs, task)
+
+
+@dataclass(frozen=True)
+class Send:
+    """One ``apply_async`` of a task whose plan was resolved to send it (``runtime``: its app's
+    runtime; ``publish``: the Celery base's ``apply_async``; ``options``: the send's own, which
+    a mode may take headers or a countdown out of)."""
+
+    task: Any
+    runtime: Any
+    plan: Plan
+    publish: Publish
+    args: Any
+    kwargs: Any
+    task_id: str | None
+    options: dict[str, Any]
+
+    def as_is(self) -> Any:
+        """Publish it as Celery would, nothing locked or recorded."""
+        return self.publish(self.args, self.kwargs, self.task_id, **self.options)
+
+
+_modes: list[Mode] = []
+_default: list[Mode] = []
+
+
+def register(mode: Mode, *, default: bool = False) -> None:
+    """Register ``mode``: plans whose options it selects get it, its rules join the options'
+    validation. ``default``: the mode of every plan no other mode selects (the plain mode)."""
+    if default:
+        _default[:] = [mode]
+        return
+    if any(known.name == mode.name for known in _modes):
+        return  # registered already (a module imported again)
+    _modes.append(mode)
+    add_rule(mode.clash)
+
+
+def registered() -> tuple[Mode, ...]:
+    """The registered modes, the default one not among them."""
+    return tuple(_modes)
+
+
+def mode_for(options: LockOptions) -> Mode:
+    """The mode of a plan with ``options``: the registered one that selects them, else the
+    default. Asked once per plan."""
+    for mode in _modes:
+        if mode.selects(options):
+            return mode
+    if not _default:
+        raise LookupError("no default mode registered: import celery_redislock.integration.plain")
+    return _default[0]

@@ -1,0 +1,84 @@
+"""The plain mode, every task's unless a mode selects it, and the base the modes build on: a call
+is sent as Celery sends it (or locked at enqueue), takes its key (``acquisition.acquire``), ends
+as ``on_duplicate`` says when refused, and releases its key when the run ends."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+
+from celery.exceptions import Ignore
+
+from ..config.mode_rules import Clash
+from ..config.options import LockOptions
+from . import outcomes, sending
+from .acquisition import Execution, Outcome, acquire
+from .mode import Send, register
+from .runtime import app_layers_ask
+
+if TYPE_CHECKING:
+    from celery import Task
+
+    AnyTask = Task[Any, Any]
+
+__all__ = ["PLAIN", "PlainMode"]
+
+logger = logging.getLogger(__name__)
+
+
+class PlainMode:
+    """The ``Mode`` protocol's default hooks; a mode subclasses it and overrides its own."""
+
+    name: ClassVar[str] = "plain"
+    retry_keeps_lock: ClassVar[bool] = False
+    key_suffixes: ClassVar[Mapping[str, str]] = {}
+    #: The option whose setting sends the task's calls through the mode's own ``send``
+    #: (``sends_through`` reads it, unresolved); None: the plain ``send`` serves the mode.
+    send_option: ClassVar[str | None] = None
+
+    def selects(self, options: LockOptions) -> bool:
+        return False
+
+    def selected_by(self, value: Any) -> bool:
+        """Whether ``option`` set to ``value`` (in a task or a layer) selects the mode."""
+        return value is not None
+
+    def sends_through(self, task: Any) -> bool:
+        """Whether the task's own ``send_option`` selects the mode, or (unset there) any app or
+        queue layer's may; False without one."""
+        option = self.send_option
+        if option is None:
+            return False
+        own = getattr(task, option, None)
+        if own is not None:
+            return self.selected_by(own)
+        return app_layers_ask(task.app, option, self.selected_by)
+
+    def clash(self, options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
+        return None
+
+    def send(self, call: Send) -> Any:
+        return sending.send(call)
+
+    def before_acquire(self, task: AnyTask, execution: Execution) -> None:
+        if execution.retries and outcomes.finished(task):
+            # A re-queued copy of a redelivered message whose original has finished meanwhile.
+            logger.info("Dropped redelivered %s[%s]: it has finished already", task.name, execution.task_id)
+            raise Ignore()
+
+    def acquire(self, task: AnyTask, execution: Execution) -> Outcome | None:
+        return acquire(execution)
+
+    def on_refused(self, task: AnyTask, options: LockOptions, key: str, holder: str) -> NoReturn:
+        outcomes.on_duplicate(task, options, key, holder)
+
+    def on_refused_at_send(self, task: AnyTask, options: LockOptions, key: str, holder: str) -> None:
+        return None
+
+    def on_release(self, held: Any) -> bool:
+        return False
+
+
+PLAIN = PlainMode()
+register(PLAIN, default=True)
