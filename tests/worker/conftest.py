@@ -251,8 +251,10 @@ def worker_process(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
         return proc
 
     yield start
+    # Killed, not stopped: nothing is asserted after the test, and a killed worker writes nothing
+    # into the next test's databases (tests of a warm shutdown call proc.stop() themselves).
     for proc in started:
-        proc.stop()
+        proc.kill()
 
 
 def registration_error(app: Celery, name: str, **options: Any) -> OptionError:
