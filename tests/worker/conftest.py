@@ -191,8 +191,20 @@ def make_app(urls: dict[str, str]) -> Iterator[Callable[..., Celery]]:
 
     yield make
     for app in apps:
+        _forget_results(app)
         reset_runtime(app)
         app.close()
+
+
+def _forget_results(app: Celery) -> None:
+    """Close the app's result subscriptions now, while its server is up: an AsyncResult the
+    garbage collector frees later (after a test stopped that server, or at the end of the
+    session) would otherwise unsubscribe in its ``__del__``, retry to reconnect for seconds,
+    and raise where nobody can catch it."""
+    consumer = getattr(app.backend, "result_consumer", None)  # the Redis backend's pub/sub
+    if consumer is not None:
+        consumer.subscribed_to.clear()  # so a later __del__ has nothing to unsubscribe
+        consumer.stop()
 
 
 @pytest.fixture
@@ -251,8 +263,10 @@ def worker_process(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
         return proc
 
     yield start
+    # Killed, not stopped: nothing is asserted after the test, and a killed worker writes nothing
+    # into the next test's databases (tests of a warm shutdown call proc.stop() themselves).
     for proc in started:
-        proc.stop()
+        proc.kill()
 
 
 def registration_error(app: Celery, name: str, **options: Any) -> OptionError:

@@ -27,35 +27,32 @@ from .conftest import (
     wait_started,
     worker_module,
 )
+from .mode_harness import ModeTask
 
 NAME = "debounce.index"
 
-TASK = """
-import time
+INDEX = ModeTask(
+    NAME,
+    "doc, version",
+    """
+    import time
 
-@app.task(base=SingletonTask, bind=True, name={name!r}, debounce={debounce}, debounce_max={most},
-          lock_key=["doc"], retry_countdown=0.2)
-def index(self, doc, version):
-    coord.rpush("ran:" + str(doc), f"{{version}} {{time.time()}}")
+    coord.rpush("ran:" + str(doc), f"{version} {time.time()}")
     return version
-"""
+    """,
+    {"lock_key": ["doc"], "retry_countdown": 0.2},
+)
 
 
 def start(
     worker_process: Callable[..., WorkerProcess], urls: dict[str, str], node: str, debounce: float, most: Any
 ) -> WorkerProcess:
-    source = worker_module(urls, "debounce", TASK.format(name=NAME, debounce=debounce, most=most))
-    return worker_process(source, "-c", "2", "-n", node)
+    task = INDEX.with_options(debounce=debounce, debounce_max=most)
+    return task.start(worker_process, urls, "-c", "2", "-n", node)
 
 
 def sender(app: Celery, debounce: float, most: float | None = None) -> Any:
-    @app.task(
-        base=SingletonTask, shared=False, name=NAME, debounce=debounce, debounce_max=most, lock_key=["doc"]
-    )
-    def index(doc: int, version: int) -> None:
-        raise AssertionError("runs in the worker only")
-
-    return index
+    return INDEX.with_options(debounce=debounce, debounce_max=most).sender(app)
 
 
 def latest_of(locks: redis.Redis) -> str:

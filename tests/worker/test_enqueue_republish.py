@@ -292,7 +292,7 @@ def test_the_parent_frees_the_carried_key_of_a_terminated_or_dead_child(
     "the worker receives an expired message and discards it; RabbitMQ drops it in the queue, where the lock's expiry bound frees it (test_enqueue_expiry)"
 )
 def test_an_expired_message_frees_its_queued_lock(
-    client: Celery, locks: redis.Redis, start: Callable[..., WorkerProcess]
+    client: Celery, coord: redis.Redis, locks: redis.Redis, start: Callable[..., WorkerProcess]
 ) -> None:
     held = client.tasks["rep.held"]
     expired = held.apply_async(("x",), expires=1)
@@ -302,7 +302,10 @@ def test_an_expired_message_frees_its_queued_lock(
     discarded = f"Discarding revoked task: rep.held[{expired.id}]"
     assert poll(lambda: discarded in proc.log(), 10), proc.log()
     assert poll(lambda: lock_keys(locks) == [], 5), proc.log()
-    assert held.delay("x").id != expired.id  # an identical call is sent, not answered by it
+    again = held.delay("x")
+    assert again.id != expired.id  # an identical call is sent, not answered by it
+    open_gate(coord, "x")
+    assert again.get(timeout=15) == "done x"  # and runs
 
 
 def test_a_message_revoked_before_it_runs_frees_its_queued_lock(

@@ -30,32 +30,30 @@ from .conftest import (
     stats_of,
     take_messages,
     wait_started,
-    worker_module,
 )
+from .mode_harness import ModeTask
 
 NAME = "latest.render"
 
-TASK = """
-@app.task(base=SingletonTask, bind=True, name={name!r}, keep_latest=True, lock_key=["doc"])
-def render(self, doc, version):
+RENDER = ModeTask(
+    NAME,
+    "doc, version",
+    """
     coord.rpush("ran:" + str(doc), version)
     return hold(self, "doc" + str(doc))
-"""
+    """,
+    {"keep_latest": True, "lock_key": ["doc"]},
+)
 
 
 def start(
     worker_process: Callable[..., WorkerProcess], urls: dict[str, str], node: str, pool: str = "prefork"
 ) -> WorkerProcess:
-    source = worker_module(urls, "latest", TASK.format(name=NAME))
-    return worker_process(source, "-c", "2", "-n", node, pool=pool)
+    return RENDER.start(worker_process, urls, "-c", "2", "-n", node, pool=pool)
 
 
 def sender(app: Celery) -> Any:
-    @app.task(base=SingletonTask, shared=False, name=NAME, keep_latest=True, lock_key=["doc"])
-    def render(doc: int, version: int) -> None:
-        raise AssertionError("runs in the worker only")
-
-    return render
+    return RENDER.sender(app)
 
 
 def latest_of(locks: redis.Redis) -> str | None:
@@ -181,12 +179,7 @@ def test_a_redis_restart_loses_no_pending_call(
     worker_process: Callable[..., WorkerProcess],
 ) -> None:
     own = {**urls, "locks": lock_server.url}
-    source = worker_module(
-        own,
-        "latest",
-        TASK.format(name=NAME).replace("keep_latest=True", "keep_latest=True, retry_countdown=0.2"),
-    )
-    proc = worker_process(source, "-c", "2")
+    proc = RENDER.with_options(retry_countdown=0.2).start(worker_process, own, "-c", "2")
     task = sender(make_app(redislock_url=lock_server.url))
     first = task.delay(3, 0)
     wait_started(coord, "doc3")

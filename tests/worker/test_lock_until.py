@@ -21,14 +21,15 @@ from celery import Celery
 from celery_redislock import LockUnavailableError, OptionError, SingletonTask
 from celery_redislock.contrib.testing import RedisServer
 
-from .conftest import WorkerProcess, lock_keys, open_gate, poll, wait_started, worker_module
+from .conftest import WorkerProcess, lock_keys, open_gate, poll, wait_started
+from .mode_harness import ModeTask
 
 NAME = "until.started"
 
-TASK = """
-@app.task(base=SingletonTask, bind=True, name={name!r}, lock_on="enqueue", lock_until="started",
-          on_redis_error={policy!r}, retry_countdown=0.2)
-def started(self, tag):
+STARTED = ModeTask(
+    NAME,
+    "tag",
+    """
     # What the lock database holds when the body begins (the test reads it after the run).
     try:
         held = len(list(locks.scan_iter("redislock:*")))
@@ -37,35 +38,22 @@ def started(self, tag):
     coord.rpush("locks-at-start:" + tag, held)
     coord.rpush("ran:" + tag, self.request.id)
     return hold(self, tag)
-
-
-locks = redis.Redis.from_url({locks!r})
-"""
+    """,
+    {"lock_on": "enqueue", "lock_until": "started", "retry_countdown": 0.2},
+)
 
 
 def sender(app: Celery, policy: str = "retry") -> Any:
     """The task as the caller declares it: its apply_async takes the enqueue lock."""
-
-    @app.task(
-        base=SingletonTask,
-        shared=False,
-        bind=True,
-        name=NAME,
-        lock_on="enqueue",
-        lock_until="started",
-        on_redis_error=policy,
-    )
-    def started(self: Any, tag: str) -> None:
-        raise AssertionError("runs in the worker only")
-
-    return started
+    return STARTED.with_options(on_redis_error=policy).sender(app)
 
 
 def start(
     worker_process: Callable[..., WorkerProcess], urls: dict[str, str], policy: str = "retry", *args: str
 ) -> WorkerProcess:
-    source = worker_module(urls, "until", TASK.format(name=NAME, policy=policy, locks=urls["locks"]))
-    return worker_process(source, "-c", "1", *args)
+    task = STARTED.with_options(on_redis_error=policy)
+    locks = f"locks = redis.Redis.from_url({urls['locks']!r})"
+    return task.start(worker_process, urls, "-c", "1", *args, module=locks)
 
 
 def test_a_second_call_is_refused_while_queued_and_accepted_once_the_first_started(

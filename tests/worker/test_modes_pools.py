@@ -15,11 +15,13 @@ import pytest
 import redis
 from celery import Celery
 
-from celery_redislock import DuplicateTaskError, SingletonTask
+from celery_redislock import SingletonTask
 from celery_redislock.integration.runtime import runtime_for
 from celery_redislock.modes.keep_latest import latest_key
 
 from .conftest import poll
+from .mode_harness import key_for
+from .mode_harness import skipped as duplicate
 
 #: (pool, lock store): every mode on each pool with one Redis, and on a cluster, with the
 #: default prefix and with one carrying a hash tag (a tenant kept on one shard).
@@ -68,19 +70,6 @@ def lock_client(app: Celery) -> redis.Redis:
 
 #: A prefix with a hash tag: every key of every lock, mode key included, in its one slot.
 TAGGED = "{tenant1}"
-
-
-def key_for(app: Celery, task: Any, *args: Any) -> str:
-    real = app.tasks[task.name]
-    key = runtime_for(app).plan(real, None).key(real, args, {})
-    assert key.startswith(app.conf.get("redislock_key_prefix") or "redislock")
-    return key
-
-
-def duplicate(result: Any) -> DuplicateTaskError:
-    error = result.get(timeout=15, propagate=False)
-    assert isinstance(error, DuplicateTaskError), error
-    return error
 
 
 def test_throttle_one_run_starts_per_window(setting: tuple[Celery, str], worker: Callable[..., Any]) -> None:

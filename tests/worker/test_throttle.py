@@ -15,7 +15,6 @@ import pytest
 import redis
 from celery import Celery
 
-from celery_redislock import DuplicateTaskError, SingletonTask
 from celery_redislock.contrib.testing import RedisServer
 
 from .conftest import (
@@ -26,18 +25,24 @@ from .conftest import (
     registration_error,
     stats_of,
     wait_started,
-    worker_module,
 )
+from .mode_harness import ModeTask, skipped
 
 NAME = "throttle.report"
 
-TASK = """
-@app.task(base=SingletonTask, bind=True, name={name!r}, throttle={window}, lock_timeout={timeout},
-          lock_on={lock_on!r}, retry_countdown=0.2)
-def report(self, tag):
+REPORT = ModeTask(
+    NAME,
+    "tag",
+    """
     coord.rpush("ran:" + tag, self.request.id)
     return hold(self, tag)
-"""
+    """,
+    {"retry_countdown": 0.2},
+)
+
+
+def task_of(window: float, timeout: float = 30, lock_on: str = "execute") -> ModeTask:
+    return REPORT.with_options(throttle=window, lock_timeout=timeout, lock_on=lock_on)
 
 
 def start(
@@ -48,28 +53,17 @@ def start(
     lock_on: str = "execute",
     node: str = "throttle@test",
 ) -> WorkerProcess:
-    tasks = TASK.format(name=NAME, window=window, timeout=timeout, lock_on=lock_on)
-    return worker_process(worker_module(urls, "throttle", tasks), "-c", "2", "-n", node)
+    return task_of(window, timeout, lock_on).start(worker_process, urls, "-c", "2", "-n", node)
 
 
 def sender(app: Celery, window: float, lock_on: str = "execute") -> Any:
-    @app.task(base=SingletonTask, shared=False, name=NAME, throttle=window, lock_on=lock_on)
-    def report(tag: str) -> None:
-        raise AssertionError("runs in the worker only")
-
-    return report
+    return task_of(window, lock_on=lock_on).sender(app)
 
 
 def burst(task: Any, tag: str, count: int = 12, threads: int = 4) -> list[Any]:
     """``count`` calls of ``task(tag)`` sent at once from ``threads`` threads."""
     with ThreadPoolExecutor(threads) as pool:
         return list(pool.map(lambda _: task.delay(tag), range(count)))
-
-
-def skipped(result: Any) -> DuplicateTaskError:
-    error = result.get(timeout=15, propagate=False)
-    assert isinstance(error, DuplicateTaskError), error
-    return error
 
 
 def test_one_run_starts_per_window_and_the_window_outlives_the_run(

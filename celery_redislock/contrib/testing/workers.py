@@ -90,11 +90,19 @@ class WorkerProcess:
         pool = self.children | set(self.child_pids())
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
+        self._kill(pool)
+
+    def kill(self) -> None:
+        """SIGKILL the worker and, by pid, its pool: no shutdown, so nothing is written after
+        (a test's teardown; a warm shutdown of a prefork pool takes seconds)."""
+        self._kill(self.children | set(self.child_pids()))
+
+    def _kill(self, pool: set[int]) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
         for pid in pool:
             if alive(pid):
                 with contextlib.suppress(ProcessLookupError):
