@@ -143,6 +143,9 @@ class SentinelSet:
 
     def failover(self, timeout: float = 30.0) -> tuple[int, int]:
         """``SENTINEL FAILOVER``: the replica becomes master. Returns (old, new) master ports."""
+        # The Sentinels promote only a replica they see in sync: after a failover the old master
+        # must first be seen so (else NOGOODSLAVE), so a second failover waits for it.
+        self.wait_stable(timeout)
         old = self.master_port()
         with self.sentinel_client() as client:
             client.execute_command("SENTINEL", "FAILOVER", self.master_name)
