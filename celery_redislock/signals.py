@@ -2,7 +2,7 @@
 
 Public as ``celery_redislock.signals.task_duplicate`` (and ``lock_lost``, ``lock_retaken``);
 defined here, apart from the worker lifecycle handlers, so the modules that send them
-(``outcomes``, ``enqueue``, the renewal hook) need not import those. Each is sent in the process
+(``integration.outcomes``, ``integration.sending``, the renewal hook) need not import those. Each is sent in the process
 where it happens. Celery's ``Signal.send`` catches and logs what a receiver raises, so a failing
 receiver never breaks the task (or the renewal thread); with no receiver connected, sending
 costs one attribute test, and the arguments are not even built (``_connected``).

@@ -1,7 +1,7 @@
 """Free a prefork child's locks as soon as the worker's parent sees the child exit.
 
 Celery answers for a child lost mid-task (``WorkerLostError``, whose ``task_failure`` frees its
-locks in ``signals``) once billiard's pool has reaped it. The pool hears of an exit when a pipe
+locks in ``worker_handlers``) once billiard's pool has reaped it. The pool hears of an exit when a pipe
 the child holds closes, a moment before the kernel lets the parent reap it: the pool often finds
 the child still there and notices the loss only at its next maintenance pass, up to 5 s later.
 This step hooks that same event and frees, from the parent, the locks of the requests the child

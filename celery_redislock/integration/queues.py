@@ -8,7 +8,7 @@ from typing import Any
 __all__ = ["QUEUE_FIELD", "consumed_queue"]
 
 #: The request attribute carrying the queue a message was consumed from: set by the worker's
-#: consumer (``signals``), read where a task's options are resolved (``task``).
+#: consumer (``worker_handlers``), read where a task's options are resolved (``task``).
 QUEUE_FIELD = "redislock_queue"
 
 

@@ -1,7 +1,7 @@
 """Worker lifecycle, connected on import: tag each request with its queue, free locks of dead or
 terminated children (as Celery reports them; ``child_exit`` frees a dead child's sooner) and of
-discarded messages from the parent, release what a process holds at shutdown. And the package's own signals (defined in ``events``): ``task_duplicate``,
-``lock_lost``, ``lock_retaken``."""
+discarded messages from the parent, release what a process holds at shutdown. The package's own
+signals (``task_duplicate``, ``lock_lost``, ``lock_retaken``) are ``celery_redislock.signals``."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from ..engine.counting import count
 from ..engine.holders import handover_id, queued_id
 from ..engine.leases import REDIS_ERRORS
 from ..engine.renewal import get_renewer
-from ..signals import lock_lost, lock_retaken, task_duplicate
 from .bootstep import SettingsCheck
 from .child_exit import ChildExitRelease
 from .parent_release import release_for
@@ -29,7 +28,7 @@ from .queues import QUEUE_FIELD, consumed_queue
 from .runtime import runtime_for
 from .task import SingletonTask
 
-__all__ = ["lock_lost", "lock_retaken", "task_duplicate"]
+__all__: list[str] = []  # connected on import; nothing to import from here
 
 logger = logging.getLogger(__name__)
 
