@@ -82,7 +82,10 @@ def _test(session: nox.Session, *requirements: str) -> None:
     # Outside the checkout and per run: concurrent pytest runs otherwise delete each other's.
     basetemp = tempfile.mkdtemp(prefix=f"nox-{session.name}-")
     args = session.posargs or TESTS
-    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={basetemp}", *args)
+    # One test process, as CI's other passes: it runs beside them, and the machine has two cores.
+    session.run(
+        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", f"--basetemp={basetemp}", *args
+    )
 
 
 @nox.session(python=_interpreter(_pythons()[0]), venv_backend="venv")

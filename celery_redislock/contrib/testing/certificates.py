@@ -44,9 +44,14 @@ class TestCA:
         directory.mkdir(parents=True, exist_ok=True)
         ca_key, ca_cert = directory / "ca.key", directory / "ca.crt"
         key, request, cert = directory / "server.key", directory / "server.csr", directory / "server.crt"
+        # Python 3.13's ssl checks certificates strictly (VERIFY_X509_STRICT): a CA must say it
+        # is one and what its key may sign, a server certificate whose key signed it.
         _openssl(
             "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256", "-days", "2",
             "-subj", f"/CN={name}", "-keyout", str(ca_key), "-out", str(ca_cert),
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            "-addext", "subjectKeyIdentifier=hash",
         )  # fmt: skip
         _openssl(
             "req", "-newkey", "rsa:2048", "-nodes", "-sha256",
@@ -54,7 +59,14 @@ class TestCA:
         )  # fmt: skip
         extensions = directory / "server.ext"
         # Python's ssl checks the name against subjectAltName only, never the CN.
-        extensions.write_text("subjectAltName = IP:127.0.0.1, DNS:localhost\n")
+        extensions.write_text(
+            "subjectAltName = IP:127.0.0.1, DNS:localhost\n"
+            "basicConstraints = critical, CA:FALSE\n"
+            "keyUsage = critical, digitalSignature, keyEncipherment\n"
+            "extendedKeyUsage = serverAuth\n"
+            "subjectKeyIdentifier = hash\n"
+            "authorityKeyIdentifier = keyid, issuer\n"
+        )
         _openssl(
             "x509", "-req", "-in", str(request), "-CA", str(ca_cert), "-CAkey", str(ca_key),
             "-CAcreateserial", "-days", "2", "-sha256", "-extfile", str(extensions), "-out", str(cert),

@@ -32,14 +32,23 @@ class RoundTrips:
 
 def _counting_connection(trips: RoundTrips) -> type[redis.Connection]:
     class CountingConnection(redis.Connection):
-        handshaking = False
+        # The hand-shake of a new connection is not a call's round trip. redis-py 5.0 runs it
+        # in on_connect, later releases in on_connect_check_health (which calls on_connect).
+        handshaking = 0
+
+        def on_connect(self) -> None:
+            self.handshaking += 1
+            try:
+                super().on_connect()  # type: ignore[no-untyped-call]
+            finally:
+                self.handshaking -= 1
 
         def on_connect_check_health(self, check_health: bool = True) -> None:
-            self.handshaking = True
+            self.handshaking += 1
             try:
                 super().on_connect_check_health(check_health)
             finally:
-                self.handshaking = False
+                self.handshaking -= 1
 
         def send_packed_command(self, command: Any, check_health: bool = True) -> None:
             if not self.handshaking:
