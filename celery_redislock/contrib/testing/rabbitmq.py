@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .servers import free_ports, poll, stop_process
+from .servers import ServerProcess, free_ports, poll, stop_process
 
 __all__ = ["RabbitMQServer", "find_rabbitmq_server"]
 
@@ -52,7 +52,7 @@ def find_rabbitmq_server(wanted: str | None = None) -> str:
     )
 
 
-class RabbitMQServer:
+class RabbitMQServer(ServerProcess):
     """A RabbitMQ node on 127.0.0.1 (AMQP, management API, Erlang distribution and epmd on
     free ports), its own epmd beside it; both stopped by pid. ``add_vhost()`` gives a test a
     broker URL of its own; ``delete_vhost()`` drops it with its queues."""
@@ -190,20 +190,3 @@ class RabbitMQServer:
         stop_process(process, timeout, group=True)
         epmd, self.epmd = self.epmd, None
         stop_process(epmd, timeout)
-
-    def close(self) -> None:
-        self.stop()
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def _log_tail(self) -> str:
-        try:
-            return self.logfile.read_text(errors="replace")[-2000:]
-        except OSError:
-            return "(no log)"
-
-    def __enter__(self) -> RabbitMQServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

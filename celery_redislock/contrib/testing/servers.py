@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
@@ -204,7 +204,45 @@ def stop_process(process: subprocess.Popen[bytes] | None, timeout: float, group:
         process.wait(timeout)
 
 
-class RedisServer:
+class ServerProcess:
+    """What a throwaway server process of the tests shares: its work dir (removed at ``close``
+    when it made its own), its log's tail for error messages, ``with`` starting and closing it."""
+
+    workdir: Path
+    _own_workdir: bool
+
+    @property
+    def logfile(self) -> Path:
+        raise NotImplementedError
+
+    def start(self: _S) -> _S:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _log_tail(self) -> str:
+        try:
+            return self.logfile.read_text(errors="replace")[-2000:]
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self: _S) -> _S:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_S = TypeVar("_S", bound=ServerProcess)
+
+
+class RedisServer(ServerProcess):
     """A redis-server process on 127.0.0.1, started and stopped by its pid.
 
     ``stop()`` then ``start()`` brings it back on the same port with an empty dataset (no
@@ -316,20 +354,3 @@ class RedisServer:
     def restart(self) -> RedisServer:
         self.stop()
         return self.start()
-
-    def close(self) -> None:
-        self.stop()
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def _log_tail(self) -> str:
-        try:
-            return self.logfile.read_text(errors="replace")[-2000:]
-        except OSError:
-            return "(no log)"
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
