@@ -11,7 +11,7 @@ from typing import Any
 from celery import Task
 
 from ..errors import OptionError, short_repr
-from .options import OPTION_NAMES, source_task, unknown_option
+from .options import option_names, source_task, unknown_option
 
 __all__ = [
     "CELERY_TASK_KEYWORDS",
@@ -102,7 +102,7 @@ def check_task_keywords(keywords: Mapping[str, Any], source: str) -> None:
     Raises ``OptionError`` naming ``source``, the keyword and what to write instead.
     """
     for name, value in keywords.items():
-        if name in OPTION_NAMES:
+        if name in option_names():
             continue
         peer = PEER_OPTIONS.get(name)
         if peer is not None:
@@ -112,7 +112,7 @@ def check_task_keywords(keywords: Mapping[str, Any], source: str) -> None:
                 source,
                 f"is a {package} option, which SingletonTask ignores; write {replacement(value)}",
             )
-        if difflib.get_close_matches(name, OPTION_NAMES, n=1, cutoff=CLOSE_TO_OPTION):
+        if difflib.get_close_matches(name, option_names(), n=1, cutoff=CLOSE_TO_OPTION):
             raise OptionError(name, source, unknown_option(name))
 
 
@@ -162,7 +162,7 @@ def user_keywords(task_class: type, base: type) -> dict[str, Any]:
         # Options a subclass translates into native ones itself (the compat bases' peer options).
         consumed: frozenset[str] = getattr(task_class, "redislock_consumed_options", frozenset())
         for name, value in own.items():
-            if name.startswith("_") or name in found or name in OPTION_NAMES or name in consumed:
+            if name.startswith("_") or name in found or name in option_names() or name in consumed:
                 continue
             if name in _CELERY_NAMES:
                 continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union, get_args
 
 from ..engine.checks import (
@@ -15,16 +15,17 @@ from ..engine.checks import (
     got,
     non_negative_seconds,
     number_text,
+    optional_seconds,
     positive_seconds,
 )
 from ..engine.timing import DEFAULT_TIMEOUT, renew_interval, to_ms
 from ..errors import OptionError, short_repr
 from .arguments import LockKeyFunc
 from .mode_rules import mode_clash
+from .schema import LOCK, OptionSpec, add_options, option_names, option_specs, spec_of
 
 __all__ = [
     "APP_CONFIGURATION",
-    "OPTION_NAMES",
     "LockKey",
     "LockKeyFunc",
     "LockOn",
@@ -32,6 +33,10 @@ __all__ = [
     "LockUntil",
     "OnDuplicate",
     "OnRedisError",
+    "OptionSpec",
+    "add_options",
+    "option_names",
+    "option_specs",
     "resolve",
     "source_queue",
     "source_task",
@@ -47,9 +52,10 @@ OnRedisError = Literal["retry", "run", "fail"]
 LockKey = Optional[Union[tuple[str, ...], LockKeyFunc]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class LockOptions:
-    """The options of one task consumed from one queue; defaults are SPEC section 2.
+    """The options of one task consumed from one queue: the lock's own as attributes, every
+    option (a mode's too) through ``value``.
 
     Constructing one validates it (source ``LockOptions``), so an instance is always usable.
     """
@@ -66,19 +72,35 @@ class LockOptions:
     on_redis_error: OnRedisError = "retry"
     max_concurrency: int = 1
     lock_until: LockUntil = "finished"
-    throttle: float | None = None
-    keep_latest: bool = False
-    debounce: float | None = None
-    debounce_max: float | None = None
     fencing: bool = False
+    #: The registered modes' options, ``(name, value)`` in name order: a tuple, so options
+    #: stay hashable and comparable.
+    mode_values: tuple[tuple[str, Any], ...] = ()
 
-    def __post_init__(self) -> None:
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name, value in validate(values, "LockOptions", merged=True).items():
-            # Frozen: normalised values (list -> tuple, int -> float) go in behind the guard.
-            object.__setattr__(self, name, value)
+    def __init__(self, **values: Any) -> None:
+        defaults = {spec.name: spec.default for spec in option_specs()}
+        checked = validate({**defaults, **values}, "LockOptions", merged=True)
+        # Frozen: the normalised values (list -> tuple, int -> float) go in behind the guard.
+        for name, value in checked.items():
+            if name in _LOCK_NAMES:
+                object.__setattr__(self, name, value)
+        modes = tuple(sorted((name, value) for name, value in checked.items() if name not in _LOCK_NAMES))
+        object.__setattr__(self, "mode_values", modes)
+
+    def value(self, name: str) -> Any:
+        """The value of the option ``name``, the lock's own or a registered mode's."""
+        if name in _LOCK_NAMES:
+            return getattr(self, name)
+        try:
+            return self._mode_values[name]
+        except KeyError:
+            raise AttributeError(f"no option named {name!r} is registered") from None
 
     # Cached (read on every task): a frozen dataclass still has an instance __dict__.
+    @functools.cached_property
+    def _mode_values(self) -> dict[str, Any]:
+        return dict(self.mode_values)
+
     @functools.cached_property
     def timeout_ms(self) -> int:
         """``lock_timeout`` in whole milliseconds (at least 1)."""
@@ -97,21 +119,6 @@ class LockOptions:
         return to_ms(self.renew_interval_s)
 
     @property
-    def throttle_ms(self) -> int:
-        """``throttle`` in whole milliseconds (0 when not throttled)."""
-        return 0 if self.throttle is None else to_ms(self.throttle)
-
-    @property
-    def debounce_ms(self) -> int:
-        """``debounce`` in whole milliseconds (0 when not debounced)."""
-        return 0 if self.debounce is None else to_ms(self.debounce)
-
-    @property
-    def debounce_max_ms(self) -> int:
-        """``debounce_max`` in whole milliseconds (0: no bound)."""
-        return 0 if self.debounce_max is None else to_ms(self.debounce_max)
-
-    @property
     def queued_timeout_ms(self) -> int:
         """``queued_timeout`` in whole milliseconds (at least 1)."""
         return to_ms(self.queued_timeout)
@@ -120,9 +127,6 @@ class LockOptions:
     def acquire_timeout_ms(self) -> int:
         """``acquire_timeout`` in whole milliseconds (0 means do not wait)."""
         return to_ms(self.acquire_timeout, minimum=0)
-
-
-OPTION_NAMES: frozenset[str] = frozenset(f.name for f in fields(LockOptions))
 
 
 # --- validation of one layer ----------------------------------------------------------------
@@ -140,15 +144,6 @@ def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
         return value
 
     return check
-
-
-def _check_optional_seconds(value: Any) -> float | None:
-    if value is None:
-        return None
-    try:
-        return positive_seconds(value)
-    except BadValue as bad:
-        raise BadValue(str(bad).replace("must be", "must be None or", 1)) from None
 
 
 def _check_lock_key(value: Any) -> LockKey:
@@ -176,31 +171,75 @@ def _check_lock_key(value: Any) -> LockKey:
     raise BadValue(f"{what}, {got(value, wrong_type=True)}")
 
 
-_CHECKS: dict[str, Callable[[Any], Any]] = {
-    "lock_timeout": positive_seconds,
-    "renew_interval": _check_optional_seconds,
-    "lock_key": _check_lock_key,
-    "on_duplicate": _choice(get_args(OnDuplicate)),
-    "acquire_timeout": non_negative_seconds,
-    "retry_countdown": non_negative_seconds,
-    "release_on_retry": check_flag,
-    "lock_on": _choice(get_args(LockOn)),
-    "queued_timeout": positive_seconds,
-    "on_redis_error": _choice(get_args(OnRedisError)),
-    "max_concurrency": check_count,
-    "lock_until": _choice(get_args(LockUntil)),
-    "throttle": _check_optional_seconds,
-    "keep_latest": check_flag,
-    "debounce": _check_optional_seconds,
-    "debounce_max": _check_optional_seconds,
-    "fencing": check_flag,
-}
-assert set(_CHECKS) == OPTION_NAMES, "every option of LockOptions needs a check"
+def _spec(name: str, check: Callable[[Any], Any], kind: str, doc: str) -> OptionSpec:
+    return OptionSpec(name, LockOptions.__dataclass_fields__[name].default, check, doc, kind, LOCK)
+
+
+add_options(
+    [
+        _spec("lock_timeout", positive_seconds, "float", "Seconds the lock lives in Redis without renewal."),
+        _spec(
+            "renew_interval",
+            optional_seconds,
+            "float | None",
+            "Seconds between renewals of a held lock; None: ``lock_timeout / 3``.",
+        ),
+        _spec(
+            "lock_key",
+            _check_lock_key,
+            "list[str] | callable | None",
+            "What the key is made of: None (every argument), a list of argument names (``[]``: one "
+            "run of the task at a time, whatever its arguments), or ``(task, args, kwargs) -> str``.",
+        ),
+        _spec(
+            "on_duplicate",
+            _choice(get_args(OnDuplicate)),
+            "str",
+            "What a call whose key is held does: ``skip``, ``retry``, ``raise`` or ``wait``.",
+        ),
+        _spec("acquire_timeout", non_negative_seconds, "float", "Seconds ``wait`` waits for the holder."),
+        _spec("retry_countdown", non_negative_seconds, "float", "Countdown of a duplicate's ``retry``."),
+        _spec(
+            "release_on_retry",
+            check_flag,
+            "bool",
+            "False keeps the lock across ``self.retry()``: the retried run takes it over.",
+        ),
+        _spec(
+            "lock_on",
+            _choice(get_args(LockOn)),
+            "str",
+            "When the lock is taken: ``execute`` (in the worker) or ``enqueue`` (at send).",
+        ),
+        _spec("queued_timeout", positive_seconds, "float", "TTL of a lock taken at enqueue."),
+        _spec(
+            "on_redis_error",
+            _choice(get_args(OnRedisError)),
+            "str",
+            "When Redis cannot be reached to take the lock: ``retry``, ``run`` (unlocked) or ``fail``.",
+        ),
+        _spec("max_concurrency", check_count, "int", "Executions of one key allowed at once."),
+        _spec(
+            "lock_until",
+            _choice(get_args(LockUntil)),
+            "str",
+            "``finished``, or ``started`` (with ``lock_on='enqueue'``): unique while queued only.",
+        ),
+        _spec(
+            "fencing",
+            check_flag,
+            "bool",
+            "True: each acquisition issues a fencing token (``self.request.redislock.token``).",
+        ),
+    ]
+)
+_LOCK_NAMES = option_names()
 
 
 def unknown_option(name: Any) -> str:
-    known = ", ".join(sorted(OPTION_NAMES))
-    close = difflib.get_close_matches(name, OPTION_NAMES, n=1) if isinstance(name, str) else []
+    names = option_names()
+    known = ", ".join(sorted(names))
+    close = difflib.get_close_matches(name, names, n=1) if isinstance(name, str) else []
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"is unknown{hint}; known options: {known}"
 
@@ -225,11 +264,11 @@ def validate(options: Mapping[str, Any], source: str, *, merged: bool = False) -
     """
     result: dict[str, Any] = {}
     for name, value in options.items():
-        check = _CHECKS.get(name) if isinstance(name, str) else None
-        if check is None:
+        spec = spec_of(name) if isinstance(name, str) else None
+        if spec is None:
             raise OptionError(str(name), source, unknown_option(name))
         try:
-            result[name] = check(value)
+            result[name] = spec.check(value)
         except BadValue as bad:
             raise OptionError(name, source, str(bad)) from None
     renew, timeout = result.get("renew_interval"), result.get("lock_timeout")

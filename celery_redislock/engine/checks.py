@@ -17,6 +17,7 @@ __all__ = [
     "got",
     "non_negative_seconds",
     "number_text",
+    "optional_seconds",
     "positive_seconds",
 ]
 
@@ -60,6 +61,16 @@ def _seconds(allowed: str, *, zero_ok: bool) -> Callable[[Any], float]:
 positive_seconds = _seconds("> 0", zero_ok=False)
 #: Seconds >= 0, as a float.
 non_negative_seconds = _seconds(">= 0", zero_ok=True)
+
+
+def optional_seconds(value: Any) -> float | None:
+    """None (not set), or seconds > 0 as a float."""
+    if value is None:
+        return None
+    try:
+        return positive_seconds(value)
+    except BadValue as bad:
+        raise BadValue(str(bad).replace("must be", "must be None or", 1)) from None
 
 
 def check_flag(value: Any) -> bool:

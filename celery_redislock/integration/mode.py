@@ -1,10 +1,12 @@
 """The protocol a mode speaks to the Celery glue (how its calls are sent, ask for their key, end
-when refused, release it), the plan that carries a task's mode, and the registry the modes
-register into. ``plain.py`` is the default mode; ``celery_redislock.modes`` registers the others.
+when refused, release it), the protocol of a gate (a check that composes with any mode, asked
+before it), the plan that carries a task's mode and gates, and the registry both register into.
+``plain.py`` is the default mode; ``celery_redislock.modes`` registers the others.
 
-The glue asks only ``plan.mode``, resolved once per plan (``mode_for``): it names no mode and
-tests no mode's option. A mode's combination rules go to the options' validation through
-``config.mode_rules`` when it registers, so registration-time errors name both options.
+The glue asks only ``plan.mode`` and ``plan.gates``, resolved once per plan: it names no mode
+and tests no mode's option. Registering a mode or a gate adds its options to the schema
+(``config.schema``) and its combination rules to the options' validation
+(``config.mode_rules``), so registration-time errors name both options.
 """
 
 from __future__ import annotations
@@ -16,8 +18,21 @@ from typing import Any, Callable, ClassVar, NoReturn, Protocol
 from ..config.arguments import KeyBuilder
 from ..config.mode_rules import Clash, add_rule
 from ..config.options import LockOptions
+from ..config.schema import OptionSpec, add_options
 
-__all__ = ["Mode", "Plan", "Publish", "Send", "mode_for", "register", "registered"]
+__all__ = [
+    "Gate",
+    "Mode",
+    "Plan",
+    "Publish",
+    "Send",
+    "gates_for",
+    "mode_for",
+    "register",
+    "register_gate",
+    "registered",
+    "registered_gates",
+]
 
 #: ``Task.apply_async`` of the task's Celery base: what finally publishes.
 Publish = Callable[..., Any]
@@ -31,6 +46,8 @@ class Mode(Protocol):
 
     #: The mode's name, as its option is named (``"plain"`` for the default).
     name: ClassVar[str]
+    #: The options the mode owns (``config.schema``): registering the mode registers them.
+    options: ClassVar[tuple[OptionSpec, ...]]
     #: A retried run takes over this mode's lock (``release_on_retry=False`` whatever it says):
     #: a throttle's window must outlive its run's retry.
     retry_keeps_lock: ClassVar[bool]
@@ -69,13 +86,37 @@ class Mode(Protocol):
         """The run ended: True when the mode has released the key its own way."""
 
 
+class Gate(Protocol):
+    """A check that composes with whatever mode a plan has (a rate limit): ``admit`` is asked
+    in the worker before the mode's ``before_acquire``, ``after_release`` when the run's key
+    has been released."""
+
+    name: ClassVar[str]
+    #: The options the gate owns (``config.schema``): registering the gate registers them.
+    options: ClassVar[tuple[OptionSpec, ...]]
+
+    def selects(self, options: LockOptions) -> bool:
+        """Whether a plan with ``options`` passes through this gate."""
+
+    def clash(self, options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
+        """As ``Mode.clash``."""
+
+    def admit(self, task: Any, execution: Any) -> None:
+        """Let the call go on, or end it here by raising (e.g. re-published for later)."""
+
+    def after_release(self, held: Any) -> None:
+        """The run ended and its key was released."""
+
+
 @dataclass(frozen=True)
 class Plan:
-    """What a task needs to lock one execution: its resolved options, its key builder, its mode."""
+    """What a task needs to lock one execution: its resolved options, its key builder, its mode
+    and the gates it passes through first."""
 
     options: LockOptions
     keys: KeyBuilder
     mode: Mode
+    gates: tuple[Gate, ...] = ()
 
     def key(self, task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
         return self.keys.key(args, kwargs, task)
@@ -103,6 +144,7 @@ class Send:
 
 _modes: list[Mode] = []
 _default: list[Mode] = []
+_gates: list[Gate] = []
 
 
 def register(mode: Mode, *, default: bool = False) -> None:
@@ -113,13 +155,34 @@ def register(mode: Mode, *, default: bool = False) -> None:
         return
     if any(known.name == mode.name for known in _modes):
         return  # registered already (a module imported again)
+    add_options(mode.options)
     _modes.append(mode)
     add_rule(mode.clash)
+
+
+def register_gate(gate: Gate) -> None:
+    """Register ``gate``: plans whose options it selects pass through it, its options join the
+    schema and its rules the options' validation."""
+    if any(known.name == gate.name for known in _gates):
+        return
+    add_options(gate.options)
+    _gates.append(gate)
+    add_rule(gate.clash)
 
 
 def registered() -> tuple[Mode, ...]:
     """The registered modes, the default one not among them."""
     return tuple(_modes)
+
+
+def registered_gates() -> tuple[Gate, ...]:
+    """The registered gates, in the order they are asked."""
+    return tuple(_gates)
+
+
+def gates_for(options: LockOptions) -> tuple[Gate, ...]:
+    """The gates a plan with ``options`` passes through, in order. Asked once per plan."""
+    return tuple(gate for gate in _gates if gate.selects(options))
 
 
 def mode_for(options: LockOptions) -> Mode:

@@ -12,6 +12,7 @@ from celery.exceptions import Ignore
 
 from ..config.mode_rules import Clash
 from ..config.options import LockOptions
+from ..config.schema import OptionSpec
 from . import outcomes, sending
 from .acquisition import Execution, Outcome, acquire
 from .mode import Send, register
@@ -31,6 +32,7 @@ class PlainMode:
     """The ``Mode`` protocol's default hooks; a mode subclasses it and overrides its own."""
 
     name: ClassVar[str] = "plain"
+    options: ClassVar[tuple[OptionSpec, ...]] = ()
     retry_keeps_lock: ClassVar[bool] = False
     key_suffixes: ClassVar[Mapping[str, str]] = {}
     #: The option whose setting sends the task's calls through the mode's own ``send``

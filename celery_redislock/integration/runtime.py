@@ -14,13 +14,13 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..config.arguments import KeyBuilder
-from ..config.options import OPTION_NAMES, LockOptions, source_task, validate
+from ..config.options import LockOptions, option_names, source_task, validate
 from ..config.settings import SETTING_DEFAULTS, AppSettings, read_settings
 from ..config.urls import client_factory
 from ..engine import LeaseEngine, LockEngine, SemaphoreEngine, make_engine, make_semaphore_engine
 from ..engine.keys import release_channel
 from ..engine.script_runner import ScriptRunner
-from .mode import Plan, mode_for
+from .mode import Plan, gates_for, mode_for
 
 __all__ = [
     "SOCKET_TIMEOUT",
@@ -67,7 +67,7 @@ def app_layers_ask(app: Celery, option: str, wanted: Callable[[Any], bool]) -> b
 
 def task_options(task_class: type) -> dict[str, Any]:
     """The options set on a task class (decorator keywords are class attributes), validated."""
-    given = {name: getattr(task_class, name) for name in OPTION_NAMES}
+    given = {name: getattr(task_class, name, None) for name in option_names()}
     name = getattr(task_class, "name", None) or task_class.__name__
     return validate({k: v for k, v in given.items() if v is not None}, source_task(name))
 
@@ -135,7 +135,7 @@ class Runtime:
             options = self.settings.options_for(task.name, task_options(type(task)), cache_key[1])
             lock_key = options.lock_key
             builder = KeyBuilder(self.settings.key_prefix, task.name, run_function(type(task)), lock_key)
-            plan = Plan(options, builder, mode_for(options))
+            plan = Plan(options, builder, mode_for(options), gates_for(options))
             with self._mutex:
                 self._plans[cache_key] = plan
                 if task.name not in self._waited_on:

@@ -48,7 +48,8 @@ class SingletonTask(_TaskBase):
 
     Options given here (``@app.task(base=SingletonTask, lock_timeout=60)`` or a subclass
     attribute) win over ``redislock_queues[queue]`` and ``redislock_options``; ``None`` means
-    "ask the configuration".
+    "ask the configuration". The lock's own options are declared below; a mode's (``throttle``,
+    ``debounce``...) are declared by the mode (``config.schema``) and given the same ways.
     """
 
     #: Seconds the lock lives in Redis without renewal.
@@ -76,14 +77,6 @@ class SingletonTask(_TaskBase):
     max_concurrency: ClassVar[int | None] = None
     #: ``"finished"``, or ``"started"`` (with ``lock_on="enqueue"``): unique while queued only.
     lock_until: ClassVar[str | None] = None
-    #: Seconds: at most one run of a key starts per window (README, "Which call runs").
-    throttle: ClassVar[float | None] = None
-    #: One running and one pending (the latest) call per key.
-    keep_latest: ClassVar[bool | None] = None
-    #: Seconds: a burst of calls of a key runs once, its last call, this long after it.
-    debounce: ClassVar[float | None] = None
-    #: Seconds: a debounced burst runs at most this long after its first call.
-    debounce_max: ClassVar[float | None] = None
     #: True: each acquisition issues a fencing token (``self.request.redislock.token``).
     fencing: ClassVar[bool | None] = None
 
@@ -116,6 +109,8 @@ class SingletonTask(_TaskBase):
             execution = Execution(
                 runtime, options, mode, key, self.name, str(request.id), request.hostname, request.retries
             )
+            for gate in plan.gates:  # a rate limit: may end the call here
+                gate.admit(self, execution)
             mode.before_acquire(self, execution)
             outcome: Holding | Refused | None = mode.acquire(self, execution)
         except REDIS_ERRORS as exc:
@@ -134,6 +129,8 @@ class SingletonTask(_TaskBase):
             return self.run(*args, **kwargs)
         finally:
             self._release_held(request=request)
+            for gate in plan.gates:
+                gate.after_release(outcome)
 
     def _release_held(self, hand_to: tuple[str, int] | None = None, request: Any = None) -> None:
         """Release the execution's lock, or hand it (``(holder id, TTL ms)``) to the next run

@@ -22,14 +22,16 @@ from celery.utils import uuid
 
 from ..config.mode_rules import Clash
 from ..config.options import LockOptions
+from ..config.schema import OptionSpec
 from ..config.urls import mask_url
-from ..engine.checks import number_text
+from ..engine.checks import number_text, optional_seconds
 from ..engine.counting import count
 from ..engine.holders import debounced_id, task_id_of
 from ..engine.keys import slot_key
 from ..engine.leases import REDIS_ERRORS, as_text
 from ..engine.script_runner import ScriptRunner, package_script
 from ..engine.scripts import ttl_arg
+from ..engine.timing import to_ms
 from ..errors import DuplicateTaskError
 from ..integration.acquisition import Execution
 from ..integration.mode import Send
@@ -52,13 +54,31 @@ DEBOUNCE_RUN = package_script(__package__, "debounce_run.lua")
 class DebounceMode(PlainMode):
     name = "debounce"
     send_option = "debounce"
+    options: ClassVar[tuple[OptionSpec, ...]] = (
+        OptionSpec(
+            "debounce",
+            None,
+            optional_seconds,
+            "Seconds: a burst of calls of a key runs once, its last call, this long after it.",
+            "float | None",
+            "debounce",
+        ),
+        OptionSpec(
+            "debounce_max",
+            None,
+            optional_seconds,
+            "Seconds: a debounced burst runs at most this long after its first call.",
+            "float | None",
+            "debounce",
+        ),
+    )
     key_suffixes: ClassVar[Mapping[str, str]] = {
         "debounce": "debounce: latest call {}",
         "burst": "debounce: burst began at {} (server ms)",
     }
 
     def selects(self, options: LockOptions) -> bool:
-        return options.debounce is not None
+        return options.value("debounce") is not None
 
     def clash(self, options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
         """Each call is delayed in the queue and the burst's latest runs in the worker, after
@@ -108,15 +128,13 @@ class DebounceMode(PlainMode):
         if call.task_id is not None:
             return call.as_is()
         task, runtime, plan, options = call.task, call.runtime, call.plan, call.options
-        settings = plan.options
+        debounce_ms, most_ms = _debounce_ms(plan.options)
         key, headers = keyed_headers(task, plan, call.args, call.kwargs, options)
         task_id = uuid()
         asked = seconds_until(options.pop("countdown", None), options.pop("eta", None), task.app.timezone)
-        ttl_ms = settings.queued_timeout_ms + settings.debounce_ms + settings.debounce_max_ms
+        ttl_ms = plan.options.queued_timeout_ms + debounce_ms + most_ms
         try:
-            delay_ms = debounce_call(
-                runtime.scripts, key, task_id, settings.debounce_ms, settings.debounce_max_ms, ttl_ms
-            )
+            delay_ms = debounce_call(runtime.scripts, key, task_id, debounce_ms, most_ms, ttl_ms)
         except REDIS_ERRORS as exc:
             # Not recorded: it is sent with the full delay and runs when due (a burst then runs
             # more than once, which is better than losing its last call).
@@ -128,7 +146,7 @@ class DebounceMode(PlainMode):
                 mask_url(runtime.settings.url),
                 exc,
             )
-            delay_ms = settings.debounce_ms
+            delay_ms = debounce_ms
         # A countdown or eta the caller gave delays it further, never less.
         countdown = max(asked, delay_ms / 1000)
         return call.publish(call.args, call.kwargs, task_id, headers=headers, countdown=countdown, **options)
@@ -205,6 +223,12 @@ def debounce_run(scripts: ScriptRunner, key: str, task_id: str) -> str | None:
     """None: ``task_id`` runs (the burst is over); else the task id that superseded it."""
     reply = scripts.run(DEBOUNCE_RUN, debounce_keys(key), [task_id])
     return None if reply == 1 else as_text(reply)
+
+
+def _debounce_ms(options: LockOptions) -> tuple[int, int]:
+    """``debounce`` and ``debounce_max`` (0: no bound) in whole milliseconds."""
+    most = options.value("debounce_max")
+    return to_ms(options.value("debounce")), 0 if most is None else to_ms(most)
 
 
 MODE = DebounceMode()

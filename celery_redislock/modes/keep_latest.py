@@ -24,8 +24,10 @@ from celery.utils import uuid
 
 from ..config.mode_rules import Clash
 from ..config.options import LockOptions
+from ..config.schema import OptionSpec
 from ..config.urls import mask_url
 from ..engine import Lease
+from ..engine.checks import check_flag
 from ..engine.counting import count
 from ..engine.holders import any_delivery_prefix, latest_id, task_id_of
 from ..engine.keys import slot_key
@@ -69,10 +71,20 @@ PENDING_POLL = DEFAULT_RETRY_DELAY
 class KeepLatestMode(PlainMode):
     name = "keep_latest"
     send_option = "keep_latest"
+    options: ClassVar[tuple[OptionSpec, ...]] = (
+        OptionSpec(
+            "keep_latest",
+            False,
+            check_flag,
+            "True: one running and one pending call per key, the pending one the latest sent.",
+            "bool",
+            "keep_latest",
+        ),
+    )
     key_suffixes: ClassVar[Mapping[str, str]] = {"latest": "keep_latest: latest call {}"}
 
     def selects(self, options: LockOptions) -> bool:
-        return options.keep_latest
+        return bool(options.value("keep_latest"))
 
     def selected_by(self, value: Any) -> bool:
         return bool(value)

@@ -9,10 +9,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from ..config.mode_rules import Clash
 from ..config.options import LockOptions
+from ..config.schema import OptionSpec
+from ..engine.checks import optional_seconds
 from ..engine.counting import count
 from ..engine.holders import task_id_of, throttled_id
 from ..engine.leases import as_text
@@ -34,9 +36,19 @@ THROTTLE_END = package_script(__package__, "throttle_end.lua")
 class ThrottleMode(PlainMode):
     name = "throttle"
     retry_keeps_lock = True
+    options: ClassVar[tuple[OptionSpec, ...]] = (
+        OptionSpec(
+            "throttle",
+            None,
+            optional_seconds,
+            "Seconds: at most one run of a key starts per window of this length.",
+            "float | None",
+            "throttle",
+        ),
+    )
 
     def selects(self, options: LockOptions) -> bool:
-        return options.throttle is not None
+        return options.value("throttle") is not None
 
     def clash(self, options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
         """The window is kept on one key, so not a semaphore's slots; it starts when a run
@@ -65,7 +77,8 @@ class ThrottleMode(PlainMode):
         say. Raises ``redis.RedisError`` (the caller logs it: the key then expires on its lock
         TTL)."""
         lease, runtime = held.lease, held.runtime
-        left_ms = held.options.throttle_ms - to_ms(time.monotonic() - held.started, minimum=0)
+        window_ms = to_ms(held.options.value("throttle"))
+        left_ms = window_ms - to_ms(time.monotonic() - held.started, minimum=0)
         keep_as = throttled_id(task_id_of(lease.holder))
         reply = end_window(
             runtime.scripts, lease.key, lease.holder, keep_as, left_ms, runtime.release_channel(lease.key)

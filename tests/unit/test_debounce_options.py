@@ -9,10 +9,13 @@ from typing import Any
 import pytest
 from celery import Celery
 
+import celery_redislock.modes  # noqa: F401  (registers the modes and their options)
 from celery_redislock import SingletonTask
-from celery_redislock.config.options import OPTION_NAMES, LockOptions, resolve, validate
+from celery_redislock.config.options import LockOptions, option_names, resolve, validate
 from celery_redislock.errors import OptionError
 from celery_redislock.modes.debounce import user_max_retries
+
+OPTION_NAMES = option_names()
 
 TASK = "task 'proj.reindex'"
 
@@ -53,7 +56,7 @@ def test_every_option_is_decided_for_debounce() -> None:
 
 def test_the_options_that_combine_are_accepted_together() -> None:
     options = validate({"debounce": 2, **COMBINES}, TASK)
-    assert resolve(options, {}, {}, task_source=TASK, queue_source="q").debounce == 2
+    assert resolve(options, {}, {}, task_source=TASK, queue_source="q").value("debounce") == 2
     assert validate({"debounce": 2, "on_duplicate": "retry"}, TASK)["on_duplicate"] == "retry"
 
 
@@ -77,7 +80,7 @@ def test_a_refused_option_from_another_layer_is_refused_merged(name: str, value:
 def test_on_duplicate_of_another_layer_is_a_default_that_does_not_apply(strategy: str) -> None:
     # An app-wide on_duplicate is meant for the app's other tasks: it does not stop a debounced one.
     options = resolve({"debounce": 2}, {}, {"on_duplicate": strategy}, task_source=TASK, queue_source="q")
-    assert (options.debounce, options.on_duplicate) == (2, strategy)
+    assert (options.value("debounce"), options.on_duplicate) == (2, strategy)
 
 
 def test_debounce_with_the_defaults_is_valid() -> None:

@@ -16,10 +16,13 @@ from hypothesis import strategies as st
 from test_keys import KEY_RE, any_args, anything, f
 from test_options import names, values
 
+import celery_redislock.modes  # noqa: F401  (registers the modes and their options)
 from celery_redislock.config.arguments import KeyBuilder
-from celery_redislock.config.options import OPTION_NAMES, validate
+from celery_redislock.config.options import option_names, validate
 from celery_redislock.config.settings import SETTING_DEFAULTS, read_settings
 from celery_redislock.errors import ConfigurationError, LockKeyError, OptionError
+
+OPTION_NAMES = option_names()
 
 TASK = "proj.f"
 

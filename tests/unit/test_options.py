@@ -10,10 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import celery_redislock.modes  # noqa: F401  (registers the modes and their options)
 from celery_redislock.config.keywords import CLOSE_TO_OPTION, PEER_OPTIONS, check_task_keywords
 from celery_redislock.config.options import (
-    OPTION_NAMES,
     LockOptions,
+    option_names,
+    option_specs,
     resolve,
     source_queue,
     source_task,
@@ -22,6 +24,8 @@ from celery_redislock.config.options import (
 from celery_redislock.config.settings import SETTING_DEFAULTS, AppSettings, read_settings
 from celery_redislock.config.urls import mask_url, resolve_redis_url
 from celery_redislock.errors import ConfigurationError, OptionError, RedisURLError
+
+OPTION_NAMES = option_names()
 
 TASK = source_task("proj.send_report")
 QUEUE = source_queue("reports")
@@ -67,9 +71,27 @@ def test_defaults_are_spec_section_2() -> None:
     assert resolve_layers() == o
 
 
-def test_option_names_are_the_dataclass_fields() -> None:
-    assert {f.name for f in dataclasses.fields(LockOptions)} == OPTION_NAMES
-    assert len(OPTION_NAMES) == 17
+def test_the_schema_is_the_locks_options_then_each_modes() -> None:
+    lock = {f.name for f in dataclasses.fields(LockOptions)} - {"mode_values"}
+    owners = {spec.name: spec.owner for spec in option_specs()}
+    assert {name for name, owner in owners.items() if owner == "lock"} == lock
+    assert {name: owner for name, owner in owners.items() if owner != "lock"} == {
+        "throttle": "throttle",
+        "keep_latest": "keep_latest",
+        "debounce": "debounce",
+        "debounce_max": "debounce",
+    }
+    assert set(owners) == OPTION_NAMES
+    assert all(spec.doc and spec.kind for spec in option_specs())
+
+
+def test_a_modes_option_is_read_with_value_and_defaults_to_its_spec() -> None:
+    options = LockOptions(throttle=2)
+    assert options.value("throttle") == 2.0 and options.value("debounce") is None
+    assert options.value("lock_timeout") == options.lock_timeout
+    assert LockOptions(throttle=2) == options and hash(LockOptions(throttle=2)) == hash(options)
+    with pytest.raises(AttributeError, match="no option named 'nope'"):
+        options.value("nope")
 
 
 def test_effective_renew_interval_follows_lock_timeout() -> None:
@@ -378,15 +400,15 @@ def test_precedence_task_queue_app_default(name: str) -> None:
     t, q, a = DIFFERENT[name]
 
     def got(o: LockOptions) -> Any:
-        value = getattr(o, name)
+        value = o.value(name)
         return list(value) if isinstance(value, tuple) else value
 
-    default = getattr(LockOptions(), name)
+    default = LockOptions().value(name)
     needs = NEEDS.get(name, {})
     assert got(resolve_layers({name: t}, {name: q}, {**needs, name: a})) == t
     assert got(resolve_layers({}, {name: q}, {**needs, name: a})) == q
     assert got(resolve_layers({}, {}, {**needs, name: a})) == a
-    assert getattr(resolve_layers(), name) == default
+    assert resolve_layers().value(name) == default
     # Other options in other layers leave this one alone.
     clashing = ("max_concurrency", "lock_until", "throttle", "keep_latest", "debounce")
     other = "max_concurrency" if name not in clashing else "lock_timeout"

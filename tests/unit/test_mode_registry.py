@@ -1,0 +1,102 @@
+"""A mode or a gate is one module: registering it adds its options to the schema (validated on
+the task, in ``redislock_options`` and ``redislock_queues``, listed as known), its combination
+rule to the options' validation, and it to the plans that select it. Run in a fresh interpreter:
+the registry is process-wide, and a throwaway mode must not reach the other tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from celery_redislock.config.options import option_names
+from celery_redislock.config.schema import LOCK, OptionSpec, add_options, option_specs
+from celery_redislock.engine.checks import check_flag
+
+SCRIPT = textwrap.dedent(
+    """
+    from typing import Any, ClassVar
+    from celery import Celery
+    from celery_redislock import OptionError, SingletonTask
+    from celery_redislock.config.options import LockOptions, option_names
+    from celery_redislock.config.schema import OptionSpec
+    from celery_redislock.engine.checks import check_flag
+    from celery_redislock.integration.mode import register, register_gate
+    from celery_redislock.integration.plain import PlainMode
+    from celery_redislock.integration.runtime import runtime_for
+
+    class StampMode(PlainMode):
+        name = "stamp"
+        options: ClassVar[tuple[OptionSpec, ...]] = (
+            OptionSpec("stamp", False, check_flag, "Stamp it.", "bool", "stamp"),
+        )
+
+        def selects(self, options: LockOptions) -> bool:
+            return bool(options.value("stamp"))
+
+        def clash(self, options: Any, limit: int, *, merged: bool) -> Any:
+            if options.get("stamp") and limit > 1:
+                return "stamp", f"cannot be used with max_concurrency={limit}", "max_concurrency"
+            return None
+
+    class AuditGate:
+        name = "audit"
+        options: ClassVar[tuple[OptionSpec, ...]] = (
+            OptionSpec("audited", False, check_flag, "Audit it.", "bool", "audit"),
+        )
+
+        def selects(self, options: LockOptions) -> bool:
+            return bool(options.value("audited"))
+
+        def clash(self, options: Any, limit: int, *, merged: bool) -> Any:
+            return None
+
+        def admit(self, task: Any, execution: Any) -> None: ...
+
+        def after_release(self, held: Any) -> None: ...
+
+    register(StampMode())
+    register_gate(AuditGate())
+    assert {"stamp", "audited"} <= option_names()
+
+    app = Celery("registry", broker="memory://", set_as_current=False)
+    app.conf.redislock_url = "redis://127.0.0.1:1/0"  # never connected: plans need no Redis
+    app.conf.redislock_queues = {"audited": {"audited": True}}
+
+    @app.task(base=SingletonTask, shared=False, stamp=True)
+    def stamped() -> None: ...
+
+    task = stamped._get_current_object()
+    plan = runtime_for(app).plan(task, None)
+    assert plan.mode.name == "stamp" and plan.gates == ()
+    plan = runtime_for(app).plan(task, "audited")
+    assert plan.mode.name == "stamp" and [g.name for g in plan.gates] == ["audit"]
+
+    for number, bad in enumerate(({"stamp": "yes"}, {"stamp": True, "max_concurrency": 2})):
+        try:
+            @app.task(base=SingletonTask, shared=False, name=f"bad{number}", **bad)
+            def bad_task() -> None: ...
+
+            bad_task._get_current_object()
+        except OptionError as exc:
+            assert "stamp" in str(exc) and f"task 'bad{number}'" in str(exc), exc
+        else:
+            raise AssertionError(f"{bad} was accepted")
+    print("ok")
+    """
+)
+
+
+def test_a_registered_mode_and_gate_bring_their_options_rules_and_plans() -> None:
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+    assert not {"stamp", "audited"} & option_names()  # this process never saw them
+
+
+def test_an_option_name_has_one_owner() -> None:
+    with pytest.raises(ValueError, match="'lock_timeout' of 'stamp' is already an option of 'lock'"):
+        add_options([OptionSpec("lock_timeout", False, check_flag, "x", "bool", "stamp")])
+    assert option_specs()[0].owner == LOCK
