@@ -31,6 +31,9 @@ from celery_redislock.contrib.testing import (
     tls_support,
 )
 
+# The package's fixtures (redislock_server, redislock_url, ...) are opt-in, as for any user.
+pytest_plugins = ["celery_redislock.contrib.pytest"]
+
 settings.register_profile("ci", deadline=None)
 settings.register_profile(
     "fuzz",

@@ -1,4 +1,5 @@
-"""pytest fixtures around real redis-servers (a pytest11 plugin; nothing starts until asked).
+"""pytest fixtures around real redis-servers; nothing starts until asked. Opt in from a conftest.py:
+``pytest_plugins = ["celery_redislock.contrib.pytest"]`` (no entry point loads it).
 
 - ``redislock_server`` (session): a real ``redis-server`` on a free loopback port, no persistence.
 - ``redislock_redis`` (function): a client to it; the server is flushed (and restarted if a

@@ -1,6 +1,6 @@
 """Test harnesses: real redis-servers (one, a Sentinel set, a cluster), a RabbitMQ broker,
 round-trip counting clients, and a ``celery worker`` subprocess. Nothing here imports pytest; the fixtures built on
-these live in ``celery_redislock.contrib.pytest`` (a pytest11 plugin)."""
+these live in ``celery_redislock.contrib.pytest`` (an opt-in pytest plugin)."""
 
 from __future__ import annotations
 
