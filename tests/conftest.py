@@ -6,7 +6,7 @@ Hypothesis profiles:
 
 - ``ci`` (the default): each property runs a hundred examples, or what its ``@settings`` says.
 - ``fuzz``: 100 000 examples a property (``$REDISLOCK_FUZZ_EXAMPLES`` to change it), for the
-  long fuzz run: ``pytest tests/unit/test_fuzz.py --hypothesis-profile=fuzz`` (see the README).
+  long fuzz run: ``pytest tests/unit/test_fuzz.py --hypothesis-profile=fuzz`` (see docs/contributing.md).
 
 No deadline in either: the machine running the suite may be busy, and a slow example is not a bug.
 """

@@ -1,7 +1,7 @@
 """A small chaos run (``benchmarks/chaos.py``): two prefork workers, children SIGKILLed and the
 lock Redis restarted at random moments; nothing lost, no overlap outside a restart's window.
 
-The full run (3000 tasks over 100 keys) is not part of the test suite: see the README.
+The full run (3000 tasks over 100 keys) is not part of the test suite: see docs/guarantees.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""README "Failure semantics" promises that no other test showed, each on real workers and servers.
+"""Failure semantics (docs/guarantees.md): promises that no other test showed, each on real workers and servers.
 
-The README's Failure semantics and Faults sections name, for every promise, the test that shows
+The guarantees page's failure semantics and faults name, for every promise, the test that shows
 it; these are the ones that had none: the hand-over's TTL, Redis down at release (WARNING,
 counted, TTL), a failed lock in eager mode, the lock client failing fast and surviving a
 restart, the redis retries counting in ``request.retries``, a redelivered copy counted and

@@ -1,4 +1,4 @@
-"""Each dedup mode (README, "Which call runs") on the threads and solo pools with one Redis, and on
+"""Each dedup mode (docs/user-guide/modes.md) on the threads and solo pools with one Redis, and on
 the threads pool with a Redis Cluster as the lock store: in-process workers, real servers. The
 prefork pool runs every mode in the mode's own module (test_throttle.py, test_keep_latest.py,
 test_debounce.py, test_lock_until.py); keep_latest also with two solo worker processes

@@ -202,7 +202,7 @@ def test_a_redis_restart_loses_no_call_and_keeps_the_window(
     holder = locks.get(key)
     lock_server.restart()  # empty: the running call's key is gone
     # Its renewal takes the key back (before that, a restart without persistence lets a second
-    # run start: README, "Failure semantics"); from then on the key is the run's again.
+    # run start: docs/guarantees.md); from then on the key is the run's again.
     assert poll(lambda: locks.get(key) == holder, 5), proc.log()
     assert first.id in skipped(task.delay("r")).holder
     open_gate(coord, "r", times=1)

@@ -1,0 +1,285 @@
+"""The README's quick start and every recipe, run against a real redis-server and a real worker.
+
+The convention: a ```python block right after a ``<!-- readme-test: NAME -->`` line is run by
+the test of that name, and every Python block of the README has one. The test wraps a block:
+
+- it runs it in a namespace holding ``app`` (a Celery app on the test's redis-server: broker
+  db 0, results db 1), ``SingletonTask`` and ``work``, the README's stand-in for "your code":
+  it records each call and blocks until the test lets the bodies finish;
+- the README's ``redis://localhost:6379/N`` becomes the test server's, and its tasks are
+  registered ``shared=False`` (no other app of the test process sees them);
+- a worker runs in the test's process (threads pool, two threads);
+- a ``# while it runs`` comment in a block is where the test waits for the first body to start.
+
+Self-contained (its own server and worker, no conftest fixtures), so that ``.ci/package-check``
+runs the quick start with the built wheel in a clean venv:
+``pytest --noconftest tests/examples/test_readme.py -k quickstart``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+from celery.contrib.testing.worker import start_worker
+from kombu.asynchronous import set_event_loop
+
+from celery_redislock import DuplicateTaskError, SingletonTask
+from celery_redislock.contrib.testing import RedisServer, poll
+from celery_redislock.integration.runtime import reset_runtime
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+MARKER = re.compile(r"<!-- readme-test: ([\w-]+) -->\n```python\n(.*?)\n```", re.S)
+WHILE_IT_RUNS = re.compile(r"^# while it runs.*$", re.M)
+_names = itertools.count()
+
+
+def readme_blocks() -> dict[str, str]:
+    blocks: dict[str, str] = {}
+    for name, source in MARKER.findall(README.read_text()):
+        assert name not in blocks, f"README: two blocks marked readme-test: {name}"
+        blocks[name] = source
+    return blocks
+
+
+class Work:
+    """``work(...)`` of the README: records each call, then blocks until ``finish()``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        self.running = 0
+        self._lock = threading.Lock()
+        self._gate = threading.Event()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        with self._lock:
+            self.calls.append((args, kwargs))
+            self.running += 1
+        try:
+            if not self._gate.wait(30):
+                raise RuntimeError("the test never let the body finish")
+        finally:
+            with self._lock:
+                self.running -= 1
+
+    def finish(self) -> None:
+        """Lets every body, running or to come, return at once."""
+        self._gate.set()
+
+    def wait_started(self, count: int = 1, timeout: float = 15.0) -> None:
+        assert poll(lambda: len(self.calls) >= count, timeout), (
+            f"{count} body(ies) did not start: {self.calls}"
+        )
+
+    def args(self) -> list[tuple[Any, ...]]:
+        return [args for args, _ in self.calls]
+
+
+class Readme:
+    """Runs the README's blocks in one namespace, with ``app`` on the test's server."""
+
+    def __init__(self, server: RedisServer) -> None:
+        self.base = f"redis://127.0.0.1:{server.port}"
+        self.work = Work()
+        self.apps: list[Celery] = []
+        self.namespace: dict[str, Any] = {"__name__": f"readme{next(_names)}", "work": self.work}
+        self.namespace["SingletonTask"] = SingletonTask
+        self.namespace["app"] = Celery(
+            self.namespace["__name__"],
+            broker=f"{self.base}/0",
+            backend=f"{self.base}/1",
+            set_as_current=False,
+        )
+
+    def run(self, name: str, *, while_it_runs: bool = False) -> str:
+        """Runs block ``name``; returns what it printed."""
+        source = readme_blocks()[name].replace("redis://localhost:6379", self.base)
+        source = source.replace("@app.task(", "@app.task(shared=False, ")
+        parts = WHILE_IT_RUNS.split(source)
+        assert len(parts) == (2 if while_it_runs else 1), f"README block {name}: '# while it runs' lines"
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            for i, part in enumerate(parts):
+                if i:
+                    self.work.wait_started()
+                exec(compile(part, f"README.md[{name}]", "exec"), self.namespace)
+        return out.getvalue()
+
+    def __getattr__(self, name: str) -> Any:  # the names the blocks defined
+        try:
+            return self.namespace[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @contextlib.contextmanager
+    def worker(self) -> Iterator[None]:
+        app: Celery = self.namespace["app"]
+        self.apps.append(app)
+        app.conf.update(worker_hijack_root_logger=False, broker_connection_retry_on_startup=False)
+        # A hub of its own: kombu keeps the event loop process-wide (see tests/worker/conftest.py).
+        set_event_loop(None)
+        with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=10):
+            try:
+                yield
+            finally:
+                self.work.finish()
+
+    def close(self) -> None:
+        self.work.finish()
+        for app in {id(app): app for app in [*self.apps, self.namespace["app"]]}.values():
+            consumer = getattr(app.backend, "result_consumer", None)
+            if consumer is not None:  # the Redis backend's subscriptions, closed while it is up
+                consumer.subscribed_to.clear()
+                consumer.stop()
+            reset_runtime(app)
+            app.close()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as started:
+        yield started
+
+
+@pytest.fixture
+def readme(server: RedisServer) -> Iterator[Readme]:
+    runner = Readme(server)
+    yield runner
+    runner.close()
+    with server.client() as client:
+        client.flushall()
+
+
+@pytest.fixture
+def client(server: RedisServer) -> Iterator[redis.Redis]:
+    with server.client() as c:
+        yield c
+
+
+def test_every_python_block_of_the_readme_is_run_by_a_test() -> None:
+    text = README.read_text()
+    assert len(re.findall(r"^```python$", text, re.M)) == len(MARKER.findall(text))
+    tests = [name.removeprefix("test_") for name in globals() if name.startswith("test_")]
+    for block in readme_blocks():  # quickstart-calls is run by test_quickstart
+        assert any(block.replace("-", "_").startswith(test) for test in tests), block
+
+
+def test_quickstart(readme: Readme) -> None:
+    readme.run("quickstart")
+    with readme.worker():
+        printed = readme.run("quickstart-calls", while_it_runs=True)
+        assert printed == "True\n"  # the duplicate's get() raised at once, naming the first call
+        readme.work.finish()
+        assert readme.first.get(timeout=10) is None
+    assert readme.work.args() == [(1,)]
+
+
+def test_on_duplicate(readme: Readme, client: redis.Redis) -> None:
+    readme.run("on-duplicate")
+    with readme.worker():
+        first = readme.sync_account.delay(7)
+        readme.work.wait_started()
+        second = readme.sync_account.delay(7)
+        (key,) = client.scan_iter("redislock:*")
+        # The second waits: subscribed to the lock's release notice.
+        assert poll(lambda: client.pubsub_numsub(key + b":released")[0][1] >= 1, 15)
+        assert readme.work.running == 1
+        readme.work.finish()
+        assert first.get(timeout=10) is None and second.get(timeout=10) is None
+    assert readme.work.args() == [(7,), (7,)]
+
+
+def test_enqueue(readme: Readme) -> None:
+    readme.run("enqueue")
+    with readme.worker():
+        first = readme.nightly_export.delay("2024-06-01")
+        readme.work.wait_started()
+        again = readme.nightly_export.delay("2024-06-01")
+        assert again.id == first.id  # nothing sent: the caller waits on the running call
+        readme.work.finish()
+        assert again.get(timeout=10) is None
+    assert readme.work.args() == [("2024-06-01",)]
+
+
+def test_until_started(readme: Readme) -> None:
+    readme.run("until-started")
+    first = readme.refresh_feed.delay(7)
+    assert readme.refresh_feed.delay(7).id == first.id  # refused while queued
+    with readme.worker():
+        readme.work.wait_started()
+        later = readme.refresh_feed.delay(7)  # sent: the first has started
+        assert later.id != first.id
+        readme.work.finish()
+        assert first.get(timeout=10) is None and later.get(timeout=10) is None
+    assert readme.work.args() == [(7,), (7,)]
+
+
+def test_throttle(readme: Readme) -> None:
+    readme.run("throttle")
+    readme.work.finish()
+    with readme.worker():
+        assert readme.send_digest.delay("ops").get(timeout=10) is None
+        with pytest.raises(DuplicateTaskError) as refused:
+            readme.send_digest.delay("ops").get(timeout=10)
+    assert refused.value.holder.endswith("@throttled")
+    assert readme.work.args() == [("ops",)]
+
+
+def test_debounce(readme: Readme) -> None:
+    readme.run("debounce")
+    readme.work.finish()
+    with readme.worker():
+        calls = [readme.reindex_document.delay(4, version) for version in range(3)]
+        assert calls[-1].get(timeout=20) is None
+        for superseded in calls[:-1]:
+            with pytest.raises(DuplicateTaskError) as skipped:
+                superseded.get(timeout=10)
+            assert skipped.value.holder == f"{calls[-1].id}@debounced"
+    assert readme.work.args() == [(4, 2)]
+
+
+def test_keep_latest(readme: Readme) -> None:
+    readme.run("keep-latest")
+    with readme.worker():
+        running = readme.render_preview.delay(3, 0)
+        readme.work.wait_started()
+        pending = [readme.render_preview.delay(3, version) for version in (1, 2, 3)]
+        readme.work.finish()
+        assert running.get(timeout=10) is None and pending[-1].get(timeout=20) is None
+        for replaced in pending[:-1]:
+            with pytest.raises(DuplicateTaskError) as skipped:
+                replaced.get(timeout=10)
+            assert skipped.value.holder.endswith("@latest")
+    assert readme.work.args() == [(3, 0), (3, 3)]
+
+
+def test_max_concurrency(readme: Readme) -> None:
+    readme.run("max-concurrency")
+    with readme.worker():
+        both = [readme.sync_pages.delay(7, page) for page in (1, 2)]
+        readme.work.wait_started(2)
+        assert readme.work.running == 2  # one account, two bodies at once
+        third = readme.sync_pages.apply(args=(7, 3))  # here, eagerly: the key's two slots are taken
+        assert isinstance(third.result, DuplicateTaskError)
+        readme.work.finish()
+        assert [result.get(timeout=10) for result in both] == [None, None]
+    assert sorted(readme.work.args()) == [(7, 1), (7, 2)]
+
+
+def test_fencing(readme: Readme) -> None:
+    readme.run("fencing")
+    readme.work.finish()
+    with readme.worker():
+        for _ in range(2):
+            assert readme.render.delay(5).get(timeout=10) is None
+    tokens = [kwargs["token"] for _, kwargs in readme.work.calls]
+    assert all(isinstance(token, int) for token in tokens) and tokens[1] > tokens[0], tokens
