@@ -283,3 +283,16 @@ def test_fencing(readme: Readme) -> None:
             assert readme.render.delay(5).get(timeout=10) is None
     tokens = [kwargs["token"] for _, kwargs in readme.work.calls]
     assert all(isinstance(token, int) for token in tokens) and tokens[1] > tokens[0], tokens
+
+
+def test_the_readme_is_a_front_door_that_renders_on_pypi() -> None:
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    # PyPI shows the README as the long description: relative links and images break there.
+    targets = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert targets and all(t.startswith("https://") for t in targets), [
+        t for t in targets if not t.startswith("https://")
+    ]
+    assert "<img" not in text
+    # Development history belongs in commit messages.
+    assert not re.search(r"\b(session|issue) \d+|SPEC\.md", text, re.I)
