@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from celery import Celery, Task
 
 from .. import SingletonTask  # through the package: loads what the Celery integration needs
-from ..config.arguments import KEY_HEADER
+from ..config.arguments import KEY_HEADER, KeyBuilder
 from ..config.options import APP_CONFIGURATION, LockOptions, source_task
 from ..config.urls import make_client, resolve_redis_url
 from ..engine import LockEngine, LockInfo, make_engine
@@ -320,11 +320,20 @@ def signature_arguments(task: Any, args: Sequence[Any], kwargs: Mapping[str, Any
         return None
 
 
-def call_key(task: Any, args: Any = None, kwargs: Any = None) -> str:
+def call_key(task: Any, args: Any = None, kwargs: Any = None, name: str | None = None) -> str:
     """This package's lock key of ``task(*args, **kwargs)``: what the peers' ``get_key`` and
-    ``generate_lock`` give on the compat bases (no queue's options applied)."""
+    ``generate_lock`` give on the compat bases (no queue's options applied). ``name``: the key
+    under another task name, as celery-singleton's ``generate_lock`` hashed the name it was
+    given: that task's own key if the app has it, else this task's arguments under that name."""
+    if name is not None and name != task.name:
+        other = task.app.tasks.get(name)
+        if isinstance(other, SingletonTask):
+            return call_key(other, args, kwargs)
     plan = runtime_for(task.app).plan(task, None)
-    key: str = plan.key(task, tuple(args or ()), dict(kwargs or {}))
+    keys = plan.keys
+    if name is not None and name != task.name:
+        keys = KeyBuilder(keys.prefix, name, run_function(type(task)), plan.options.lock_key)
+    key: str = keys.key(tuple(args or ()), dict(kwargs or {}), task)
     return key
 
 

@@ -137,13 +137,7 @@ class Singleton(CompatTask):
     def generate_lock(self, task_name: str, task_args: Any = None, task_kwargs: Any = None) -> str:
         """celery-singleton's ``generate_lock``: the lock key of a call of ``task_name`` (this
         package's key; ``unique_on`` applies as in ``apply_async``)."""
-        task = self if task_name == self.name else self.app.tasks.get(task_name)
-        if not isinstance(task, CompatTask):
-            raise ValueError(
-                f"generate_lock({task_name!r}): not a Singleton task of this app, so its calls "
-                "have no lock key here; call generate_lock on a Singleton task, with its own name"
-            )
-        return call_key(task, task_args, task_kwargs)
+        return call_key(self, task_args, task_kwargs, task_name)
 
     def release_lock(self, task_args: Any = None, task_kwargs: Any = None) -> None:
         """celery-singleton's ``release_lock``: free the lock of this call now (within its own
