@@ -244,8 +244,10 @@ def test_singleton_backend_lock_get_and_a_send_that_takes_it_over(
         assert poll(lambda: backend.get(lock) is None)  # taken over and released by its run
 
 
-def test_release_lock_unlock_and_clear(make_app: Callable[..., Celery], locks: redis.Redis) -> None:
-    app = make_app(task_always_eager=False)
+def test_release_lock_unlock_and_clear(
+    make_app: Callable[..., Celery], worker: Any, locks: redis.Redis
+) -> None:
+    app = make_app()
 
     @app.task(base=Singleton, shared=False)
     def job(a: int, b: int = 0) -> int:
@@ -257,7 +259,11 @@ def test_release_lock_unlock_and_clear(make_app: Callable[..., Celery], locks: r
     second = job.delay(1, b=2)
     assert second != first
     job.unlock(job.generate_lock(job.name, [1], {"b": 2}))
-    assert job.delay(1, b=2) not in (first, second)
+    third = job.delay(1, b=2)
+    assert third not in (first, second)
+    with worker(app, concurrency=1):  # all three were sent, and run
+        assert [r.get(timeout=10) for r in (first, second, third)] == [3, 3, 3]
+        assert poll(lambda: lock_keys(locks) == [])
     job.delay(7)
     locks.set("unrelated", "x")
     prefix = job.generate_lock(job.name, [7]).rsplit(":", 1)[0]
