@@ -245,8 +245,9 @@ class CompatTask(SingletonTask):
     def send(
         self, args: Any, kwargs: Any, task_id: str | None, rest: tuple[Any, ...], options: dict[str, Any]
     ) -> tuple[Any, Refusal | None]:
-        """Send as SingletonTask does; returns ``(result, None)``, or ``(holder's result, refusal)``
-        when the enqueue lock (or, in the transition, the old key) refused the call."""
+        """Send through the plan's mode, locked at send as the peers locked (eager calls and a
+        caller's own ``task_id`` too); returns ``(result, None)``, or ``(holder's result,
+        refusal)`` when the enqueue lock (or, in the transition, the old key) refused the call."""
         call_args, call_kwargs = tuple(args or ()), dict(kwargs or {})
         refusal = self.legacy_refusal(call_args, call_kwargs)
         if refusal is not None:
@@ -300,7 +301,8 @@ def _own_task_id(plan: Any, options: Mapping[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class _RefusedSend:
-    """What ``SingletonTask.apply_async`` returns to ``CompatTask.send`` for a refused send."""
+    """What the plan's send returns to ``CompatTask.send`` for a refused call (through
+    ``_refused_at_send``)."""
 
     key: str
     holder: str

@@ -172,6 +172,24 @@ def test_raise_or_lock_by_hand_refuses_sends_until_clear_lock(
         assert poll(lambda: lock_keys(locks) == [])
 
 
+def test_raise_or_lock_waits_with_blocking_as_celery_once(
+    make_app: Callable[..., Celery], urls: dict[str, str], locks: redis.Redis
+) -> None:
+    app = make_app(redislock_url=None, ONCE=once_conf(urls["locks"], blocking=True, blocking_timeout=10))
+
+    @app.task(base=QueueOnce, shared=False)
+    def job(n: int) -> int:
+        return n
+
+    key = job.get_key(args=(1,))
+    job.once_backend.raise_or_lock(key, timeout=0.5)  # expires while the next call waits
+    job.once_backend.raise_or_lock(key, timeout=60)  # waits for it, then takes it
+    assert locks.pttl(key) > 50_000
+    app.conf.ONCE = once_conf(urls["locks"], blocking=True, blocking_timeout=0.2)
+    with pytest.raises(AlreadyQueued):  # held for a minute: the wait ends first
+        job.once_backend.raise_or_lock(key, timeout=60)
+
+
 def test_clear_lock_of_a_lock_this_process_did_not_take_deletes_it_as_celery_once(
     make_app: Callable[..., Celery], locks: redis.Redis
 ) -> None:
