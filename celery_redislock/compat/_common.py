@@ -3,6 +3,7 @@ URL, telling a refused send from a sent one, and the old-format keys of the tran
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import weakref
@@ -10,20 +11,32 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from celery import Celery
+from celery import Celery, Task
 
 from .. import SingletonTask  # through the package: loads what the Celery integration needs
-from ..config.arguments import KEY_HEADER
+from ..config.arguments import KEY_HEADER, KeyBuilder
 from ..config.options import APP_CONFIGURATION, LockOptions, source_task
 from ..config.urls import make_client, resolve_redis_url
 from ..engine import LockEngine, LockInfo, make_engine
 from ..engine.checks import check_argument
-from ..engine.holders import task_id_of
+from ..engine.holders import queued_id, task_id_of
 from ..engine.leases import REDIS_ERRORS
 from ..errors import OptionError
+from ..integration.mode import Send
 from ..integration.runtime import SOCKET_TIMEOUT, reset_runtime, run_function, runtime_for
+from ..integration.sending import send_plan
+from ..integration.task import HELD_FIELD
 
-__all__ = ["LEGACY_SETTING", "CompatTask", "Legacy", "Refusal", "constant_key", "lock_key_of"]
+__all__ = [
+    "LEGACY_SETTING",
+    "CompatTask",
+    "Legacy",
+    "Refusal",
+    "call_key",
+    "clear_key",
+    "constant_key",
+    "lock_key_of",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -221,34 +234,78 @@ class CompatTask(SingletonTask):
 
     # -- sending ---------------------------------------------------------------------------
 
+    def apply_async(
+        self, args: Any = None, kwargs: Any = None, task_id: str | None = None, *rest: Any, **options: Any
+    ) -> Any:
+        """Publish the task as Celery does, without the lock: what a call past the peer's base
+        (``super(QueueOnce, self).apply_async(...)``) did there. Its worker still takes the
+        lock when it runs it. The compat bases' own ``apply_async`` lock at send."""
+        return Task.apply_async(self, args, kwargs, task_id, *rest, **options)
+
     def send(
         self, args: Any, kwargs: Any, task_id: str | None, rest: tuple[Any, ...], options: dict[str, Any]
     ) -> tuple[Any, Refusal | None]:
-        """Send as SingletonTask does; returns ``(result, None)``, or ``(holder's result, refusal)``
-        when the enqueue lock (or, in the transition, the old key) refused the call."""
+        """Send through the plan's mode, locked at send as the peers locked (eager calls and a
+        caller's own ``task_id`` too); returns ``(result, None)``, or ``(holder's result,
+        refusal)`` when the enqueue lock (or, in the transition, the old key) refused the call."""
         call_args, call_kwargs = tuple(args or ()), dict(kwargs or {})
         refusal = self.legacy_refusal(call_args, call_kwargs)
         if refusal is not None:
             return self.AsyncResult(refusal.holder_task_id) if refusal.holder_task_id else None, refusal
-        try:
-            return super().apply_async(args, kwargs, task_id, *rest, **options), None
-        except _Refused as refused:
-            # Only a new call is refused (a given task id is always published): say why.
-            info = runtime_for(self.app).engine.inspect([refused.key])[0]
-            result = self.AsyncResult(task_id_of(refused.holder))
-            return result, Refusal(refused.key, result.id, info.holder, info.ttl_ms)
+        if rest:  # apply_async's own positional parameters: Celery's, published as it does
+            return Task.apply_async(self, args, kwargs, task_id, *rest, **options), None
+        runtime, plan = send_plan(self, options)
+        if task_id is not None and _own_task_id(plan, options):
+            refusal = self._refuse_own_task_id(runtime, plan, call_args, call_kwargs, task_id)
+            if refusal is not None:
+                return self.AsyncResult(refusal.holder_task_id), refusal
+        publish = functools.partial(Task.apply_async, self)
+        # Through the plan's mode in eager mode too (SingletonTask publishes eager calls as they
+        # are): the peers locked an eager call at send, and a nested duplicate was refused there.
+        sent = plan.mode.send(Send(self, runtime, plan, publish, args, kwargs, task_id, options))
+        if not isinstance(sent, _RefusedSend):
+            return sent, None
+        return self._refusal(runtime, sent.key, sent.holder)
+
+    def _refusal(self, runtime: Any, key: str, holder: str) -> tuple[Any, Refusal]:
+        info = runtime.engine.inspect([key])[0]
+        result = self.AsyncResult(task_id_of(holder))
+        return result, Refusal(key, result.id, info.holder, info.ttl_ms)
+
+    def _refuse_own_task_id(
+        self, runtime: Any, plan: Any, args: tuple[Any, ...], kwargs: dict[str, Any], task_id: str
+    ) -> Refusal | None:
+        """Take the key for ``task_id`` before the send (which then re-enters it), so a duplicate
+        sent under the caller's own task id is refused as the peers refused it."""
+        key = plan.key(self, args, kwargs)
+        queued = queued_id(task_id)
+        result = runtime.engine.acquire(key, queued, plan.options.queued_timeout_ms)
+        if result.acquired:
+            return None
+        return self._refusal(runtime, key, result.holder)[1]
 
     def _refused_at_send(self, options: LockOptions, key: str, task_id: str, holder: str) -> Any:
-        raise _Refused(key, holder)
+        # A value, not an exception: nothing of it can reach the caller's code.
+        return _RefusedSend(key, holder)
 
 
-class _Refused(Exception):
-    """Internal: SingletonTask refused a send; carried up to ``CompatTask.send``."""
+def _own_task_id(plan: Any, options: Mapping[str, Any]) -> bool:
+    """Whether a send with a given task id is the caller's own id for a new call (which both
+    peers refused as a duplicate), not a retry or a re-published message (always published:
+    someone waits on that id, and the lock is already theirs)."""
+    headers = options.get("headers") or {}
+    return bool(
+        plan.options.lock_on == "enqueue" and not options.get("retries") and KEY_HEADER not in headers
+    )
 
-    def __init__(self, key: str, holder: str) -> None:
-        super().__init__(key, holder)
-        self.key = key
-        self.holder = holder
+
+@dataclass(frozen=True)
+class _RefusedSend:
+    """What the plan's send returns to ``CompatTask.send`` for a refused call (through
+    ``_refused_at_send``)."""
+
+    key: str
+    holder: str
 
 
 #: Per app and peer: the old library's Redis when the transition setting is on, else None.
@@ -263,3 +320,37 @@ def signature_arguments(task: Any, args: Sequence[Any], kwargs: Mapping[str, Any
         return dict(inspect.signature(func).bind(*args, **kwargs).arguments)
     except TypeError:
         return None
+
+
+def call_key(task: Any, args: Any = None, kwargs: Any = None, name: str | None = None) -> str:
+    """This package's lock key of ``task(*args, **kwargs)``: what the peers' ``get_key`` and
+    ``generate_lock`` give on the compat bases (no queue's options applied). ``name``: the key
+    under another task name, as celery-singleton's ``generate_lock`` hashed the name it was
+    given: that task's own key if the app has it, else this task's arguments under that name."""
+    if name is not None and name != task.name:
+        other = task.app.tasks.get(name)
+        if isinstance(other, SingletonTask):
+            return call_key(other, args, kwargs)
+    plan = runtime_for(task.app).plan(task, None)
+    keys = plan.keys
+    if name is not None and name != task.name:
+        keys = KeyBuilder(keys.prefix, name, run_function(type(task)), plan.options.lock_key)
+    key: str = keys.key(tuple(args or ()), dict(kwargs or {}), task)
+    return key
+
+
+def clear_key(task: Any, key: str, holder: str | None = None) -> bool:
+    """Release ``key`` as the peers' by-hand unlocks did, the safest way the holder allows: the
+    running execution's own lock through its release (renewal stopped, compare-and-delete);
+    a ``holder`` the caller knows, compare-and-delete; else deleted whoever holds it, as the
+    peers did. Waiters are told. True when a lock went."""
+    held = getattr(task.request, HELD_FIELD, None)
+    if held is not None and held.lease.key == key:
+        task._release_held()
+        return True
+    runtime = runtime_for(task.app)
+    notice = runtime.release_channel(key)
+    if holder is not None:
+        return runtime.engine.release(key, holder, notify=notice)
+    # An empty prefix matches every holder: a delete of whoever holds it, with the notice.
+    return runtime.engine.release_holder_prefix(key, "", notify=notice)

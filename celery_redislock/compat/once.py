@@ -3,25 +3,30 @@
 from __future__ import annotations
 
 import operator
+import warnings
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from celery import Celery, states
 from celery.result import EagerResult
+from kombu.utils.uuid import uuid
 
 from ..config.options import APP_CONFIGURATION, source_task
-from ..engine.holders import queued_id
+from ..engine.holders import queued_id, task_id_of
 from ..engine.timing import to_ms
 from ..engine.waiting import wait_for
 from ..errors import DuplicateTaskError, OptionError
 from ..integration.runtime import runtime_for
 from ..integration.sending import message_expires, queued_ttl_ms
-from ._common import CompatTask, Refusal, flag, lock_key_of, seconds, signature_arguments
+from ._common import CompatTask, Refusal, call_key, clear_key, flag, lock_key_of, seconds, signature_arguments
 
-__all__ = ["AlreadyQueued", "QueueOnce", "legacy_once_key"]
+__all__ = ["AlreadyQueued", "OnceBackend", "QueueOnce", "legacy_once_key"]
 
-#: The one celery-once backend this stands in for: its locks were in Redis too.
+#: The one celery-once backend this stands in for (its locks were in Redis too), by every path
+#: celery-once's ``import_backend`` finds it under: its package, and its own module.
 REDIS_BACKEND = "celery_once.backends.Redis"
+REDIS_BACKENDS = frozenset({REDIS_BACKEND, "celery_once.backends.redis.Redis"})
 _SETTINGS = "ONCE"
 _TASK_KEYS = frozenset({"keys", "graceful", "timeout", "unlock_before_run"})
 _CALL_KEYS = frozenset({"graceful", "timeout"})
@@ -45,19 +50,20 @@ class AlreadyQueued(DuplicateTaskError):
         return f"{self.message}: {self.task} is already queued ({self.key} is held by {self.holder or '?'})"
 
 
-def _mapping(value: Any, option: str, source: str, known: frozenset[str]) -> Mapping[str, Any]:
+def _mapping(value: Any, option: str, source: str, known: frozenset[str] | None) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
         raise OptionError(option, source, f"must be a dict, got {value!r}")
-    unknown = sorted(str(k) for k in value if k not in known)
-    if unknown:
+    unknown = [] if known is None else sorted(str(k) for k in value if k not in known)
+    if unknown and known is not None:
         raise OptionError(option, source, f"has unknown key(s) {unknown}; known: {sorted(known)}")
     return value
 
 
 def once_settings(app: Celery) -> Mapping[str, Any]:
-    """``app.conf.ONCE["settings"]``, checked: the Redis backend only (its URL forms), known keys."""
+    """``app.conf.ONCE["settings"]``, checked: the Redis backend only (its URL forms); a key
+    celery-once did not read is warned about once per app (celery-once ignored it), not refused."""
     conf = app.conf.get(_SETTINGS)
     if conf is None:
         return {}
@@ -65,14 +71,28 @@ def once_settings(app: Celery) -> Mapping[str, Any]:
     if not isinstance(conf, Mapping):
         raise OptionError(_SETTINGS, source, f"must be a dict with 'backend' and 'settings', got {conf!r}")
     backend = conf.get("backend", REDIS_BACKEND)
-    if backend != REDIS_BACKEND:
+    if backend not in REDIS_BACKENDS:
         raise OptionError(
             _SETTINGS,
             source,
             f"backend {backend!r} is not supported: celery_redislock keeps its locks in Redis; "
             f"use {REDIS_BACKEND!r} with a 'url' (or drop ONCE and set redislock_url)",
         )
-    return _mapping(conf.get("settings"), "ONCE['settings']", source, _SETTING_KEYS)
+    settings = _mapping(conf.get("settings"), "ONCE['settings']", source, None)
+    unknown = sorted(str(k) for k in settings if k not in _SETTING_KEYS)
+    if unknown and app not in _warned:
+        _warned.add(app)
+        warnings.warn(
+            f"ONCE['settings'] has key(s) {unknown} that celery-once ignored and "
+            f"celery_redislock ignores too; it reads {sorted(_SETTING_KEYS)}",
+            UserWarning,
+            stacklevel=2,
+        )
+    return settings
+
+
+#: The apps whose ONCE['settings'] were warned about (once an app: they are read at each send).
+_warned: weakref.WeakSet[Celery] = weakref.WeakSet()
 
 
 class QueueOnce(CompatTask):
@@ -104,6 +124,16 @@ class QueueOnce(CompatTask):
         url = once_settings(app).get("url")
         return url if isinstance(url, str) and url else None
 
+    def get_key(self, args: Any = None, kwargs: Any = None) -> str:
+        """celery-once's ``get_key``: the lock key of a call (this package's key, which
+        ``once_backend`` takes and clears)."""
+        return call_key(self, args, kwargs)
+
+    @property
+    def once_backend(self) -> OnceBackend:
+        """celery-once's ``task.once_backend``: ``raise_or_lock`` and ``clear_lock`` by hand."""
+        return OnceBackend(self)
+
     def legacy_clear_before_run(self) -> bool:
         return bool(self.once.get("unlock_before_run", False))
 
@@ -124,9 +154,7 @@ class QueueOnce(CompatTask):
         settings = once_settings(self.app)
         result, refusal = self.send(args, kwargs, task_id, rest, options)
         if refusal is not None and settings.get("blocking", False):
-            result, refusal = self._block(
-                refusal, settings.get("blocking_timeout", 1), args, kwargs, task_id, rest, options
-            )
+            result, refusal = self._block(refusal, settings, args, kwargs, task_id, rest, options)
         if refusal is None:
             if "timeout" in call and result is not None:
                 self._set_queued_ttl(
@@ -143,7 +171,7 @@ class QueueOnce(CompatTask):
     def _block(
         self,
         refusal: Refusal,
-        timeout: Any,
+        settings: Mapping[str, Any],
         args: Any,
         kwargs: Any,
         task_id: str | None,
@@ -152,11 +180,7 @@ class QueueOnce(CompatTask):
     ) -> tuple[Any, Refusal | None]:
         """celery-once's ``blocking`` setting: wait up to ``blocking_timeout`` (None: no limit)
         for the holder to release, woken by the release notice, then send."""
-        wait = (
-            None
-            if timeout is None
-            else seconds(timeout, "ONCE['settings']['blocking_timeout']", APP_CONFIGURATION)
-        )
+        wait = _blocking_timeout(settings)
         runtime = runtime_for(self.app)
         return wait_for(
             runtime.engine.client,
@@ -178,6 +202,59 @@ class QueueOnce(CompatTask):
         queued = queued_id(task_id)
         ttl_ms = queued_ttl_ms(to_ms(ttl), message_expires(self, options))
         runtime.engine.transfer(key, queued, queued, ttl_ms)
+
+
+class OnceBackend:
+    """celery-once's backend methods that projects call by hand, on this package's lock: keys
+    from ``task.get_key``; a lock taken here refuses identical sends (``AlreadyQueued``) until
+    ``clear_lock`` or its timeout, and a worker running that call takes it over and releases it
+    at the end, as celery-once's worker cleared it."""
+
+    def __init__(self, task: QueueOnce) -> None:
+        self.task = task
+
+    def raise_or_lock(self, key: str, timeout: float) -> None:
+        """Take ``key`` for ``timeout`` seconds, or raise AlreadyQueued (``countdown``: what its
+        lock has left). Waits for it first with ``ONCE["settings"]["blocking"]``, as celery-once."""
+        task = self.task
+        ttl_ms = to_ms(seconds(timeout, "timeout", f"{source_task(task.name)} once_backend.raise_or_lock"))
+        holder = queued_id(uuid())
+        runtime = runtime_for(task.app)
+        settings = once_settings(task.app)
+        result = runtime.engine.acquire(key, holder, ttl_ms)
+        if not result.acquired and settings.get("blocking", False):
+            wait = _blocking_timeout(settings)
+            result = wait_for(
+                runtime.engine.client,
+                runtime.release_channel(key),
+                lambda: runtime.engine.acquire(key, holder, ttl_ms),
+                lambda taken: taken.acquired,
+                wait,
+            )
+        if result.acquired:
+            _by_hand.setdefault(task.app, {})[key] = holder
+            return
+        info = runtime.engine.inspect([key])[0]
+        raise AlreadyQueued(
+            max(info.ttl_ms, 0) / 1000, task.name, task_id_of(result.holder), key, result.holder
+        )
+
+    def clear_lock(self, key: str) -> int:
+        """Release ``key``: compare-and-delete when this process took it with ``raise_or_lock``
+        or the running task holds it; else deleted, as celery-once did. 1 when a lock went."""
+        holder = _by_hand.get(self.task.app, {}).pop(key, None)
+        return int(clear_key(self.task, key, holder))
+
+
+def _blocking_timeout(settings: Mapping[str, Any]) -> float | None:
+    timeout = settings.get("blocking_timeout", 1)
+    if timeout is None:
+        return None
+    return seconds(timeout, "ONCE['settings']['blocking_timeout']", APP_CONFIGURATION)
+
+
+#: Per app: the locks this process took by hand (``raise_or_lock``), key to holder id.
+_by_hand: weakref.WeakKeyDictionary[Celery, dict[str, str]] = weakref.WeakKeyDictionary()
 
 
 # -- celery-once 3.0.1's key format (celery_once/helpers.py), for the transition ------------------

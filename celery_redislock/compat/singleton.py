@@ -14,14 +14,24 @@ from celery import Celery
 
 from .. import errors
 from ..config.options import APP_CONFIGURATION
-from ..engine.holders import held_by_no_execution
+from ..engine.holders import held_by_no_execution, queued_id, task_id_of
 from ..engine.keys import glob_escape
+from ..engine.timing import to_ms
 from ..errors import OptionError
 from ..integration.runtime import runtime_for
 from ..ops.listing import held_locks
-from ._common import CompatTask, Legacy, flag, lock_key_of, seconds, signature_arguments
+from ._common import (
+    CompatTask,
+    Legacy,
+    call_key,
+    clear_key,
+    flag,
+    lock_key_of,
+    seconds,
+    signature_arguments,
+)
 
-__all__ = ["DuplicateTaskError", "Singleton", "clear_locks", "legacy_singleton_key"]
+__all__ = ["DuplicateTaskError", "Singleton", "SingletonBackend", "clear_locks", "legacy_singleton_key"]
 
 REDIS_BACKEND = "celery_singleton.backends.redis.RedisBackend"
 #: celery-singleton's default key prefix.
@@ -117,6 +127,36 @@ class Singleton(CompatTask):
             )
         return result
 
+    # -- celery-singleton's methods that projects call by hand ----------------------------------
+
+    @property
+    def singleton_backend(self) -> SingletonBackend:
+        """celery-singleton's ``task.singleton_backend``: ``lock``, ``unlock``, ``get``, ``clear``."""
+        return SingletonBackend(self)
+
+    def generate_lock(self, task_name: str, task_args: Any = None, task_kwargs: Any = None) -> str:
+        """celery-singleton's ``generate_lock``: the lock key of a call of ``task_name`` (this
+        package's key; ``unique_on`` applies as in ``apply_async``)."""
+        return call_key(self, task_args, task_kwargs, task_name)
+
+    def release_lock(self, task_args: Any = None, task_kwargs: Any = None) -> None:
+        """celery-singleton's ``release_lock``: free the lock of this call now (within its own
+        run: its execution's release, compare-and-delete; elsewhere: deleted, as there)."""
+        clear_key(self, self.generate_lock(self.name, task_args, task_kwargs))
+
+    def aquire_lock(self, lock: str, task_id: str) -> bool:
+        """celery-singleton's ``aquire_lock`` (its spelling): ``singleton_backend.lock`` with the
+        task's ``lock_expiry``."""
+        return self.singleton_backend.lock(lock, task_id, expiry=self.lock_expiry)
+
+    def get_existing_task_id(self, lock: str) -> str | None:
+        """celery-singleton's ``get_existing_task_id``: the task id holding ``lock``, or None."""
+        return self.singleton_backend.get(lock)
+
+    def unlock(self, lock: str) -> None:
+        """celery-singleton's ``unlock``: ``singleton_backend.unlock``."""
+        self.singleton_backend.unlock(lock)
+
     # -- the transition: celery-singleton's keys (value: the holder's task id) ---------------
 
     def legacy_key(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
@@ -127,6 +167,41 @@ class Singleton(CompatTask):
 
     def legacy_holder_task_id(self, value: str) -> str:
         return value
+
+
+class SingletonBackend:
+    """celery-singleton's backend methods that projects call by hand, on this package's lock
+    and keys (``task.generate_lock``). A lock taken here for a task id is the one a send of that
+    task id takes over, as ``lock_on="enqueue"`` does; its execution releases it."""
+
+    def __init__(self, task: Singleton) -> None:
+        self.task = task
+
+    def lock(self, lock: str, task_id: str, expiry: float | None = None) -> bool:
+        """Take ``lock`` for ``task_id`` if free; ``expiry``: seconds it lives (celery-singleton's
+        None, "never", is the task's queued_timeout here: a lock that cannot outlive its use)."""
+        runtime = runtime_for(self.task.app)
+        if expiry is None:
+            ttl_ms = runtime.plan(self.task, None).options.queued_timeout_ms
+        else:
+            ttl_ms = to_ms(seconds(expiry, "expiry", f"{self.task.name} singleton_backend.lock"))
+        return runtime.engine.take(lock, queued_id(task_id), ttl_ms)
+
+    def unlock(self, lock: str) -> None:
+        """Free ``lock``: the running task's own through its release; else deleted, as there."""
+        clear_key(self.task, lock)
+
+    def get(self, lock: str) -> str | None:
+        """The task id holding ``lock``, or None when it is free."""
+        holder = runtime_for(self.task.app).engine.inspect([lock])[0].holder
+        return None if holder is None else task_id_of(holder)
+
+    def clear(self, key_prefix: str) -> None:
+        """Delete every key starting with ``key_prefix`` on the lock Redis, as celery-singleton
+        did (``clear_locks(app)`` frees the Singleton tasks' own locks, sparing running ones)."""
+        engine = runtime_for(self.task.app).engine
+        for batch in engine.scan_batches(glob_escape(key_prefix) + "*"):
+            engine.delete_many(batch)
 
 
 def legacy_singleton_key(task: Singleton, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
