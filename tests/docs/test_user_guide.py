@@ -1,0 +1,140 @@
+"""Every Python block of the user guide runs, as a reader would run it, against a real
+redis-server and a real ``celery worker`` (prefork) started for the page.
+
+How a page's blocks are run (the convention the pages follow):
+
+- A block captioned with a file name (```` ```{code-block} python ```` with ``:caption: tasks.py``)
+  is that file of the page's project; blocks with one caption are joined in order.
+- If the page has a ``tasks.py``, a ``celery -A tasks worker -P prefork -c 2`` runs in the
+  project while the page's other blocks run.
+- Every other ``python`` block runs in the test's process, in order, in one namespace per page,
+  with the project folder importable (``from tasks import ...``, as the reader's caller would).
+- A ``text`` block captioned ``worker log`` lists lines the worker must have logged once the
+  page's blocks ran; ``<...>`` in a line stands for any text.
+- ``redis://localhost:6379`` in a block is the test's redis-server.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+#: The user guide: the pages whose blocks a reader copies.
+PAGES = sorted([DOCS / "getting-started.md", *(DOCS / "user-guide").glob("*.md")])
+
+FENCE = re.compile(r"^(?P<fence>`{3,})(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=fence)[ \t]*$", re.M | re.S)
+LOCAL = "redis://localhost:6379"
+
+
+@dataclass
+class Block:
+    language: str
+    caption: str | None
+    code: str
+    line: int  # of the block's first line in the page, for error messages
+
+
+@dataclass
+class Page:
+    files: dict[str, str] = field(default_factory=dict)
+    calls: list[Block] = field(default_factory=list)
+    expected_log: list[str] = field(default_factory=list)
+
+
+def blocks(text: str) -> Iterator[Block]:
+    """The fenced blocks of a MyST page: ```` ```python ```` or ```` ```{code-block} python ````
+    (its ``:option: value`` lines read and left out of the code)."""
+    for match in FENCE.finditer(text):
+        info = match["info"].strip()
+        directive = re.fullmatch(r"\{code-block\}\s+(\S+)", info)
+        language = directive.group(1) if directive else (info.split() or [""])[0]
+        body = match["body"]
+        caption = None
+        line = text.count("\n", 0, match.start("body")) + 1
+        if directive:
+            lines = body.splitlines(keepends=True)
+            while lines and lines[0].startswith(":"):
+                name, _, value = lines.pop(0)[1:].partition(":")
+                if name.strip() == "caption":
+                    caption = value.strip()
+                line += 1
+            body = "".join(lines)
+        yield Block(language, caption, body, line)
+
+
+def read_page(path: Path, url: str) -> Page:
+    page = Page()
+    for block in blocks(path.read_text()):
+        code = block.code.replace(LOCAL, url)
+        if block.language == "python" and block.caption and block.caption.endswith(".py"):
+            page.files[block.caption] = page.files.get(block.caption, "") + code + "\n"
+        elif block.language == "python":
+            page.calls.append(Block(block.language, block.caption, code, block.line))
+        elif block.caption == "worker log":
+            page.expected_log += [line for line in code.splitlines() if line.strip()]
+    return page
+
+
+def log_pattern(line: str) -> re.Pattern[str]:
+    parts = re.split(r"<[^<>]*>", line.strip())
+    return re.compile(".+?".join(re.escape(part) for part in parts))
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as redis_server:
+        yield redis_server
+
+
+def forget(modules: list[str]) -> None:
+    for name in modules:
+        sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize("path", PAGES, ids=[str(path.relative_to(DOCS)) for path in PAGES])
+def test_the_page_s_code_blocks_run(path: Path, server: RedisServer, tmp_path: Path) -> None:
+    page = read_page(path, f"redis://127.0.0.1:{server.port}")
+    if not page.calls and not page.files:
+        pytest.skip(f"{path.name} has no Python block")
+    for name, source in page.files.items():
+        (tmp_path / name).write_text(source)
+    modules = [name[: -len(".py")] for name in page.files]
+    worker = None
+    sys.path.insert(0, str(tmp_path))
+    try:
+        if "tasks.py" in page.files:
+            worker = WorkerProcess(tmp_path, "tasks", ["-P", "prefork", "-c", "2"])
+            worker.wait_ready()
+        namespace: dict[str, object] = {"__name__": f"docs_{path.stem.replace('-', '_')}"}
+        for block in page.calls:
+            where = f"{path.relative_to(ROOT)}:{block.line}"
+            # Padded so a traceback's line numbers are the page's.
+            source = "\n" * (block.line - 1) + block.code
+            try:
+                exec(compile(source, str(path.relative_to(ROOT)), "exec"), namespace)
+            except Exception as exc:
+                log = f"\nworker log:\n{worker.log()[-3000:]}" if worker else ""
+                raise AssertionError(f"the block at {where} failed: {exc!r}{log}") from exc
+        for line in page.expected_log:
+            pattern = log_pattern(line)
+            found = worker is not None and poll(lambda p=pattern: p.search(worker.log()) is not None, 10)
+            assert found, f"{path.name}: the worker never logged {line!r}"
+    finally:
+        sys.path.remove(str(tmp_path))
+        app = sys.modules.get("tasks")
+        forget(modules)
+        if app is not None and hasattr(app, "app"):
+            app.app.close()
+        if worker is not None:
+            worker.stop()
+        with server.client() as client:
+            client.flushall()
