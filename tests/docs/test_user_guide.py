@@ -7,8 +7,9 @@ How a page's blocks are run (the convention the pages follow):
   is that file of the page's project; blocks with one caption are joined in order.
 - If the page has a ``tasks.py``, a ``celery -A tasks worker -P prefork -c 2`` runs in the
   project while the page's other blocks run.
-- Every other ``python`` block runs in the test's process, in order, in one namespace per page,
-  with the project folder importable (``from tasks import ...``, as the reader's caller would).
+- Every other ``python`` block runs in order, in one namespace, in a Python process of the
+  page's own with the project folder importable (``from tasks import ...``, as a reader's
+  script would).
 - A ``text`` block captioned ``worker log`` lists lines the worker must have logged once the
   page's blocks ran; ``<...>`` in a line stands for any text.
 - ``redis://localhost:6379`` in a block is the test's redis-server.
@@ -16,7 +17,10 @@ How a page's blocks are run (the convention the pages follow):
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,6 +33,7 @@ from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 #: The user guide: the pages whose blocks a reader copies.
+RUNNER = Path(__file__).resolve().parent / "run_blocks.py"
 PAGES = sorted([DOCS / "getting-started.md", *(DOCS / "user-guide").glob("*.md")])
 
 FENCE = re.compile(r"^(?P<fence>`{3,})(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=fence)[ \t]*$", re.M | re.S)
@@ -95,11 +100,6 @@ def server() -> Iterator[RedisServer]:
         yield redis_server
 
 
-def forget(modules: list[str]) -> None:
-    for name in modules:
-        sys.modules.pop(name, None)
-
-
 @pytest.mark.parametrize("path", PAGES, ids=[str(path.relative_to(DOCS)) for path in PAGES])
 def test_the_page_s_code_blocks_run(path: Path, server: RedisServer, tmp_path: Path) -> None:
     page = read_page(path, f"redis://127.0.0.1:{server.port}")
@@ -107,34 +107,39 @@ def test_the_page_s_code_blocks_run(path: Path, server: RedisServer, tmp_path: P
         pytest.skip(f"{path.name} has no Python block")
     for name, source in page.files.items():
         (tmp_path / name).write_text(source)
-    modules = [name[: -len(".py")] for name in page.files]
     worker = None
-    sys.path.insert(0, str(tmp_path))
     try:
         if "tasks.py" in page.files:
             worker = WorkerProcess(tmp_path, "tasks", ["-P", "prefork", "-c", "2"])
             worker.wait_ready()
-        namespace: dict[str, object] = {"__name__": f"docs_{path.stem.replace('-', '_')}"}
-        for block in page.calls:
-            where = f"{path.relative_to(ROOT)}:{block.line}"
-            # Padded so a traceback's line numbers are the page's.
-            source = "\n" * (block.line - 1) + block.code
-            try:
-                exec(compile(source, str(path.relative_to(ROOT)), "exec"), namespace)
-            except Exception as exc:
-                log = f"\nworker log:\n{worker.log()[-3000:]}" if worker else ""
-                raise AssertionError(f"the block at {where} failed: {exc!r}{log}") from exc
+        if page.calls:
+            run_calls(path, page.calls, tmp_path, worker)
         for line in page.expected_log:
             pattern = log_pattern(line)
             found = worker is not None and poll(lambda p=pattern: p.search(worker.log()) is not None, 10)
             assert found, f"{path.name}: the worker never logged {line!r}"
     finally:
-        sys.path.remove(str(tmp_path))
-        app = sys.modules.get("tasks")
-        forget(modules)
-        if app is not None and hasattr(app, "app"):
-            app.app.close()
         if worker is not None:
             worker.stop()
         with server.client() as client:
             client.flushall()
+
+
+def run_calls(path: Path, calls: list[Block], project: Path, worker: WorkerProcess | None) -> None:
+    """The page's caller blocks, in a Python process of their own (as a reader's script: no
+    app or task of another page around), with the project importable."""
+    page = str(path.relative_to(ROOT))
+    script = project / "blocks.json"
+    script.write_text(json.dumps([{"page": page, "line": block.line, "code": block.code} for block in calls]))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project), str(ROOT)])}
+    done = subprocess.run(
+        [sys.executable, str(RUNNER), str(script)],
+        cwd=project,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    log = f"\nworker log:\n{worker.log()[-3000:]}" if worker is not None else ""
+    assert done.returncode == 0, f"{done.stderr[-4000:]}{log}"
