@@ -1,5 +1,6 @@
 """Every test the documentation names (``tests/<path>.py::test_name``) exists: the guarantees
-page cites one for each promise, and a renamed test must not leave the page citing nothing."""
+page cites one for each promise, and a renamed test must not leave the page citing nothing.
+And the pages carry no development history (rounds, sessions, issue numbers)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,13 @@ def test_every_test_the_docs_cite_exists() -> None:
         if name not in defined:
             missing.append(f"{path}::{name}")
     assert not missing, f"the docs cite tests that do not exist: {missing}"
+
+
+def test_the_docs_hold_no_development_history() -> None:
+    history = re.compile(r"\bsession \d+|\bissue \d+|\bSPEC\.md\b|\b(?:this|previous|next) round\b", re.I)
+    found = [
+        f"{page.relative_to(ROOT)}: {match.group(0)}"
+        for page in sorted((ROOT / "docs").rglob("*.md"))
+        for match in history.finditer(page.read_text())
+    ]
+    assert not found, f"development history belongs in commit messages and the changelog: {found}"
