@@ -83,6 +83,9 @@ class OptionsDirective(Directive):
         specs = [spec for spec in option_specs() if owner is None or spec.owner == owner]
         if not specs:
             raise self.error(f"no option is owned by {owner!r}")
+        undocumented = [spec.name for spec in specs if not spec.doc.strip()]
+        if undocumented:
+            raise self.error(f"options without a doc in their OptionSpec: {', '.join(undocumented)}")
         rows = [
             [
                 _literal(spec.name),
