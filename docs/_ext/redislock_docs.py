@@ -9,7 +9,6 @@ from typing import Any, ClassVar
 from docutils import nodes
 from docutils.parsers.rst import Directive, directives
 from sphinx.application import Sphinx
-from sphinx.errors import ExtensionError
 
 #: What each app setting is for. The names and defaults come from the code; a setting the code
 #: has and this map lacks (or the reverse) fails the build.
@@ -120,7 +119,7 @@ class SettingsDirective(Directive):
         missing = sorted(set(defaults) - set(SETTING_DOCS))
         stale = sorted(set(SETTING_DOCS) - set(defaults))
         if missing or stale:
-            raise ExtensionError(
+            raise self.error(
                 f"docs/_ext/redislock_docs.py SETTING_DOCS: undocumented settings {missing}, "
                 f"settings the code no longer has {stale}"
             )
