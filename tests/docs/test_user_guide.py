@@ -143,3 +143,13 @@ def run_calls(path: Path, calls: list[Block], project: Path, worker: WorkerProce
     )
     log = f"\nworker log:\n{worker.log()[-3000:]}" if worker is not None else ""
     assert done.returncode == 0, f"{done.stderr[-4000:]}{log}"
+
+
+def test_the_user_guide_has_blocks_to_run() -> None:
+    # A page without a Python block is skipped above: this keeps a reader of fences that
+    # stopped finding them from skipping every page.
+    url = "redis://127.0.0.1:0"
+    with_calls = [path.name for path in PAGES if read_page(path, url).calls]
+    with_tasks = [path.name for path in PAGES if "tasks.py" in read_page(path, url).files]
+    assert len(with_calls) >= 8, with_calls
+    assert len(with_tasks) >= 7, with_tasks
