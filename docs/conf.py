@@ -1,0 +1,75 @@
+"""Sphinx configuration of the celery_redislock documentation (MyST Markdown, furo)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+# The package from the checkout (autodoc), and the options/settings directives of docs/_ext.
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE / "_ext"))
+
+import celery_redislock  # noqa: E402
+
+project = "celery_redislock"
+author = "celery_redislock developers"
+copyright = "celery_redislock developers"
+release = celery_redislock.__version__
+version = release
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.intersphinx",
+    "sphinx.ext.viewcode",
+    "redislock_docs",
+]
+
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
+
+myst_enable_extensions = ["colon_fence", "deflist", "fieldlist"]
+# Anchors for headings down to ###, so [text](page.md#a-heading) is checked by the build.
+myst_heading_anchors = 3
+# Links to pages and anchors stay internal references: a missing one is a warning, so the
+# strict build (-W) is the internal link check.
+myst_all_links_external = False
+
+# Every internal reference must resolve (-W turns a miss into an error).
+nitpicky = True
+
+# Intersphinx needs the network. Read the Docs (READTHEDOCS is set there) and
+# REDISLOCK_DOCS_INTERSPHINX=1 turn it on; offline (CI here) the references to Celery, kombu
+# and redis-py are left as plain text instead of failing the strict build.
+INTERSPHINX = (
+    os.environ.get("REDISLOCK_DOCS_INTERSPHINX", "1" if os.environ.get("READTHEDOCS") else "0") == "1"
+)
+intersphinx_mapping = (
+    {
+        "python": ("https://docs.python.org/3", None),
+        "celery": ("https://docs.celeryq.dev/en/stable/", None),
+        "kombu": ("https://docs.celeryq.dev/projects/kombu/en/stable/", None),
+        "redis": ("https://redis.readthedocs.io/en/stable/", None),
+    }
+    if INTERSPHINX
+    else {}
+)
+intersphinx_timeout = 30
+# Every reference to this package's documented names must resolve. Names of other libraries
+# (resolved by intersphinx when it is on) and the package's internal classes that appear in
+# signatures and bases are not checked: the build would otherwise depend on the network.
+nitpick_ignore_regex = [
+    (r"py:.*", r"(?!celery_redislock\.).*"),
+    (r"py:.*", r"celery_redislock(\.\w+){3,}"),
+]
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_default_options = {"members": True, "show-inheritance": True}
+
+html_theme = "furo"
+html_title = "celery_redislock"
+html_static_path: list[str] = []

@@ -1,0 +1,30 @@
+"""The benchmarks page's results are generated: ``benchmarks/results/results.md`` (which
+docs/benchmarks.md includes) is what ``benchmarks.report`` makes of ``results.json``, so a figure
+typed into the page by hand, or a results file from another run, fails here."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from benchmarks import report
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def test_the_published_results_are_the_report_of_the_published_run() -> None:
+    published = (RESULTS / "results.md").read_text(encoding="utf-8")
+    command = re.search(r"Produced by `([^`]+)`", published)
+    assert command, "results.md does not say which command produced it"
+    results = json.loads((RESULTS / "results.json").read_text(encoding="utf-8"))
+    expected = report.markdown(results, command.group(1))
+    if (RESULTS / "results.png").is_file():
+        expected += "\n![benchmark chart](results.png)\n"
+    assert published == expected
+
+
+def test_the_page_includes_the_published_results() -> None:
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert "```{include} ../benchmarks/results/results.md" in page
