@@ -1,7 +1,7 @@
 """Chaos run: thousands of SingletonTasks on two prefork workers while their children are
 SIGKILLed and the lock Redis is restarted without persistence, at random moments.
 
-    python benchmarks/chaos.py                      # 3000 tasks over 100 keys (the README's figures)
+    python benchmarks/chaos.py                      # 3000 tasks over 100 keys (the figures in docs/guarantees.md)
     python benchmarks/chaos.py --tasks 200 --json   # a quick one, machine-readable
 
 Three redis-servers of its own: the broker and result store (never restarted), the lock store

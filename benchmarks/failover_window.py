@@ -10,7 +10,7 @@ duplicate could take it. It also prints what the holder's renewal reported.
 
     python benchmarks/failover_window.py            # lock_timeout 30 (the default) and 3
 
-Nothing here is a test assertion: the figures go in the README with this command.
+Nothing here is a test assertion: the figures go in docs/benchmarks.md with this command.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ takes its lock), and one round trip to the lock Redis made in either (a ``SET NX
 socket, its reply waited for), the variants interleaved per repeat. Reported: each one's
 tasks/s over plain's in the same repeat (median, 95 % interval) and the parent's and the
 children's CPU µs a task over plain's (the scheduler's count, to the nanosecond). It judges the
-README's structural option (take the lock in the parent at hand-over, so the child pays one
+benchmarks page's structural option (take the lock in the parent at hand-over, so the child pays one
 round trip fewer): work moved from the child to the parent is worth moving only if it costs
 the throughput less there."""
 

@@ -1,4 +1,4 @@
-"""Which modes (README, "Which call runs") cannot go with which options: each mode registers
+"""Which modes (docs/user-guide/modes.md) cannot go with which options: each mode registers
 its rule here (``add_rule``), ``options._clash`` asks them in turn (``mode_clash``) and raises
 the OptionError naming both options. Config imports no mode: the rules come to it."""
 

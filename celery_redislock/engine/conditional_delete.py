@@ -3,7 +3,7 @@
 Valkey 9's ``DELIFEQ key value`` and Redis 8.4's ``DELEX key IFEQ value`` delete ``key`` only
 if it holds exactly ``value`` and reply 1 or 0, as ``lua/release_exact.lua`` does, in one
 command: no script call (the server's time in the call: about 0.25 µs against 1.6 to 1.9 for
-the script's ``EVALSHA``, README, Benchmarks). Which one a server has is asked once a process
+the script's ``EVALSHA``, docs/benchmarks.md). Which one a server has is asked once a process
 (``QUESTION``: a list of names, which parses the same in RESP2 and RESP3, where ``COMMAND
 INFO`` replies with maps); a server without either, or without ``COMMAND LIST`` (Redis 6.2,
 which has neither), keeps the script.

@@ -259,7 +259,7 @@ class BatchRenewal:
 
 
 #: Leases per renewal script call. A script holds Redis for as long as it runs (2 to 3 µs a
-#: lock, measured in README, Benchmarks), so a batch is cut into calls of at most this many,
+#: lock, measured in docs/benchmarks.md), so a batch is cut into calls of at most this many,
 #: pipelined in one round trip: other clients are served between two calls.
 RENEW_CHUNK = 500
 

@@ -155,7 +155,7 @@ class Runtime:
         """Whether an execution of ``task_name`` may wait for its key: ``on_duplicate="wait"``
         in the task's options, ``redislock_options`` or a ``redislock_queues`` layer. Only then
         does a release PUBLISH its notice (3 to 4 µs of the lock Redis's time per task, measured
-        in README, Benchmarks); a task never planned here is assumed waited on."""
+        in docs/benchmarks.md); a task never planned here is assumed waited on."""
         return self._waited_on.get(task_name, True)
 
     @functools.cached_property

@@ -158,7 +158,7 @@ class SentinelSet:
             return info["role"] == "slave" and int(info["master_port"]) == new
 
         # The Sentinels convert the old master when they next poll it (INFO every 10 s): until
-        # then it still takes writes from clients connected to it, which the README measures.
+        # then it still takes writes from clients connected to it, which the guarantees page describes.
         _wait_for(old_follows_new, timeout, "the old master did not become a replica of the new one")
         _wait_for(self._agreed, timeout, "the Sentinels did not agree on the new master")
         return old, new
