@@ -3,13 +3,14 @@ naming the value that is wrong."""
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from .checks import BadValue, got
 
-__all__ = ["Rate", "optional_rate", "parse_rate"]
+__all__ = ["Rate", "optional_rate", "parse_rate", "rate_of"]
 
 _PERIODS = {"s": 1, "m": 60, "h": 3600}
 _FORM = re.compile(r"\s*(\d+)\s*/\s*([smh])\s*")
@@ -32,6 +33,12 @@ class Rate:
         return f"{self.limit}/{unit}"
 
 
+@functools.lru_cache(maxsize=256)
+def rate_of(text: str) -> Rate:
+    """The ``Rate`` of a rate an option holds (checked already), read once a process."""
+    return parse_rate(text)
+
+
 def parse_rate(value: Any) -> Rate:
     """``value`` (``"N/s"``, ``"N/m"``, ``"N/h"``, or a ``Rate``) as a ``Rate``; raises
     ``BadValue`` saying what is wrong with it."""
@@ -49,11 +56,12 @@ def parse_rate(value: Any) -> Rate:
     return Rate(limit, _PERIODS[match.group(2)])
 
 
-def optional_rate(value: Any) -> Rate | None:
-    """None (no limit), or a rate as :func:`parse_rate` reads it."""
+def optional_rate(value: Any) -> str | None:
+    """None (no limit), or a rate as :func:`parse_rate` reads it, in its plain form (``"10/s"``:
+    an option's value stays what users write; :func:`rate_of` reads it)."""
     if value is None:
         return None
     try:
-        return parse_rate(value)
+        return str(parse_rate(value))
     except BadValue as bad:
         raise BadValue(str(bad).replace("must be", "must be None or", 1)) from None

@@ -30,7 +30,7 @@ end
 
 local function grant()
   redis.call('ZREM', key, own)
-  redis.call('ZADD', key, now, 'g:' .. caller .. ':' .. time[1] .. '.' .. time[2])
+  redis.call('ZADD', key, now, 'g:' .. caller .. ':' .. time[1] .. '.' .. string.format('%06d', tonumber(time[2])))
   expire()
   return {0, 0}
 end
