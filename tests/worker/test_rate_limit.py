@@ -18,6 +18,7 @@ from celery import Celery
 
 from celery_redislock import SingletonTask
 from celery_redislock.config.arguments import KeyBuilder
+from celery_redislock.config.urls import make_client
 from celery_redislock.contrib.testing import RedisServer
 from celery_redislock.integration.runtime import run_function, runtime_for
 from celery_redislock.modes.rate_limit import rate_key
@@ -59,7 +60,7 @@ def most_in_a_window(times: list[float], period: float) -> int:
     return most
 
 
-def grants_recorder(client: redis.Redis, key: str) -> Callable[[], list[float]]:
+def grants_recorder(client: Any, key: str) -> Callable[[], list[float]]:
     """Collects the starts the partition's log records (server time, read from each entry),
     reading it more often than an entry leaves it; returns the function that stops and sorts."""
 
@@ -224,9 +225,14 @@ def test_a_redis_restart_mid_drain_loses_nothing(
     assert sorted(n for _, n, _, _ in ran) == list(range(60))
 
 
-@pytest.mark.parametrize("pool", ["threads", "solo", "gevent"])
-def test_on_every_pool(
+@pytest.mark.parametrize(
+    ("pool", "store"),
+    [("threads", "single"), ("solo", "single"), ("gevent", "single"), ("threads", "cluster")],
+)
+def test_on_every_pool_and_on_a_cluster(
     pool: str,
+    store: str,
+    request: pytest.FixtureRequest,
     urls: dict[str, str],
     coord: redis.Redis,
     locks: redis.Redis,
@@ -234,13 +240,19 @@ def test_on_every_pool(
     worker_process: Callable[..., WorkerProcess],
 ) -> None:
     task = call_task("10/s")
+    client: Any = locks
+    if store == "cluster":
+        urls = {**urls, "locks": request.getfixturevalue("cluster").url}
+        client = make_client(urls["locks"])
     task.start(worker_process, urls, "-c", "2", "-n", node(f"rate-{pool}"), pool=pool)
-    app = make_app()
+    app = make_app(redislock_url=urls["locks"])
     sender = task.sender(app)
-    record = grants_recorder(locks, partition_key(app, sender, "acme", 0))
+    record = grants_recorder(client, partition_key(app, sender, "acme", 0))
     results = [sender.delay("acme", n) for n in range(30)]
     assert sorted(result.get(timeout=30) for result in results) == list(range(30))
     assert check_drain(coord, "acme", 30, 10, grants=record()) > 0.8 * 10
+    if client is not locks:
+        client.close()
 
 
 #: One at a time per document (its lock), at most 10 a second per account (the rate limit).
