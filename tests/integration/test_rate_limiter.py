@@ -14,42 +14,7 @@ from redis.cluster import RedisCluster
 
 from celery_redislock import OptionError, RedisRateLimiter
 from celery_redislock.config.urls import make_client
-from celery_redislock.contrib.testing import ClusterSet, poll
-
-
-def starts_recorder(
-    client: redis.Redis | RedisCluster, key: str
-) -> tuple[Callable[[], list[float]], Callable[[], None]]:
-    """Collects every start the log at ``key`` records (each member names its server time),
-    reading the log more often than its entries leave it. Returns (stop and get, stop)."""
-    seen: set[bytes] = set()
-    stop = threading.Event()
-
-    def read() -> None:
-        while not stop.is_set():
-            seen.update(m for m in client.zrange(key, 0, -1) if m.startswith(b"g:"))
-            stop.wait(0.05)
-
-    thread = threading.Thread(target=read, name="starts-recorder", daemon=True)
-    thread.start()
-
-    def done() -> list[float]:
-        stop.set()
-        thread.join(5)
-        seen.update(m for m in client.zrange(key, 0, -1) if m.startswith(b"g:"))
-        return sorted(float(m.rsplit(b":", 1)[1]) for m in seen)
-
-    return done, stop.set
-
-
-def most_in_a_window(starts: list[float], period: float) -> int:
-    """The most starts any closed window of ``period`` seconds holds."""
-    most, first = 0, 0
-    for last, at in enumerate(starts):
-        while at - starts[first] > period:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
+from celery_redislock.contrib.testing import ClusterSet, GrantRecorder, most_in_a_window, poll
 
 
 def contend(limiter_of: Callable[[], RedisRateLimiter], threads: int, seconds: float) -> int:
@@ -79,9 +44,9 @@ def test_no_window_of_one_period_holds_more_than_n_starts_and_the_limit_is_used(
     redislock_redis: redis.Redis,
 ) -> None:
     key = "redislock:rate:api"
-    done, _ = starts_recorder(redislock_redis, key)
+    record = GrantRecorder(redislock_redis, key)
     granted = contend(lambda: RedisRateLimiter(redislock_redis, "api", "10/s"), threads=8, seconds=3.2)
-    starts = done()
+    starts = record.stop()
     assert len(starts) == granted
     assert most_in_a_window(starts, 1.0) == 10
     # Blocking callers keep the limit busy: 10 at once, then 10 a second.
@@ -96,7 +61,7 @@ def test_try_acquire_says_how_long_to_wait_and_reserves_nothing(redislock_redis:
     assert 0.8 < refused.wait <= 1.001
     assert not [m for m in redislock_redis.zrange(limiter.key, 0, -1) if m.startswith(b"r:")]
     state = limiter.state()
-    assert state is not None and state.started == 1 and state.reserved == 0  # the waiter's
+    assert state is not None and state.started == 2 and state.reserved == 0
     assert 0.8 < state.next_free <= 1.001
 
 
@@ -175,7 +140,7 @@ def test_on_a_cluster_each_partition_is_limited_on_its_node(cluster_client: Redi
     assert len(nodes) == 3, "the partitions must spread over the three primaries"
     for limiter in limiters:
         assert [bool(limiter.try_acquire()) for _ in range(4)] == [True, True, True, False]
-    done, _ = starts_recorder(cluster_client, limiters[0].key)
+    record = GrantRecorder(cluster_client, limiters[0].key)
     granted = contend(lambda: RedisRateLimiter(cluster_client, "p0", "3/s"), threads=4, seconds=2.2)
-    assert most_in_a_window(done(), 1.0) <= 3
+    assert most_in_a_window(record.stop(), 1.0) <= 3
     assert granted >= 5

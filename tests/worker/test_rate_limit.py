@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +18,7 @@ from celery import Celery
 from celery_redislock import SingletonTask
 from celery_redislock.config.arguments import KeyBuilder
 from celery_redislock.config.urls import make_client
-from celery_redislock.contrib.testing import RedisServer
+from celery_redislock.contrib.testing import GrantRecorder, RedisServer, most_in_a_window
 from celery_redislock.integration.runtime import run_function, runtime_for
 from celery_redislock.modes.rate_limit import rate_key
 from celery_redislock.signals import task_rate_limited
@@ -27,10 +26,11 @@ from celery_redislock.signals import task_rate_limited
 from .conftest import WorkerProcess, poll, stats_of
 from .mode_harness import ModeTask
 
-#: Each body records its start on the Redis server's clock, and who ran it.
+#: Each body records its start (the host's clock, which is the Redis server's: no round trip
+#: between the start and its reading), and who ran it.
 BODY = """
-seconds, micros = coord.time()
-coord.rpush("starts:" + account, f"{seconds}.{micros:06d} {n} {self.request.retries} {self.request.id}")
+import time
+coord.rpush("starts:" + account, f"{time.time()!r} {n} {self.request.retries} {self.request.id}")
 return n
 """
 
@@ -48,40 +48,6 @@ def starts(coord: redis.Redis, account: str) -> list[tuple[float, int, int, str]
     """``(server time, n, request.retries, task id)`` of each start of ``account``'s calls."""
     rows = [entry.decode().split() for entry in coord.lrange(f"starts:{account}", 0, -1)]
     return sorted((float(t), int(n), int(r), tid) for t, n, r, tid in rows)
-
-
-def most_in_a_window(times: list[float], period: float) -> int:
-    """The most of ``times`` any closed window of ``period`` seconds holds."""
-    most, first = 0, 0
-    for last, at in enumerate(times):
-        while at - times[first] > period:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
-
-
-def grants_recorder(client: Any, key: str) -> Callable[[], list[float]]:
-    """Collects the starts the partition's log records (server time, read from each entry),
-    reading it more often than an entry leaves it; returns the function that stops and sorts."""
-
-    seen: set[bytes] = set()
-    stop = threading.Event()
-
-    def read() -> None:
-        while not stop.is_set():
-            seen.update(m for m in client.zrange(key, 0, -1) if m.startswith(b"g:"))
-            stop.wait(0.05)
-
-    thread = threading.Thread(target=read, name="grants-recorder", daemon=True)
-    thread.start()
-
-    def done() -> list[float]:
-        stop.set()
-        thread.join(5)
-        seen.update(m for m in client.zrange(key, 0, -1) if m.startswith(b"g:"))
-        return sorted(float(m.rsplit(b":", 1)[1]) for m in seen)
-
-    return done
 
 
 def partition_key(app: Celery, sender: Any, *args: Any) -> str:
@@ -127,10 +93,10 @@ def test_a_burst_on_two_prefork_workers_never_passes_the_limit_and_uses_it(
     procs = [task.start(worker_process, urls, "-c", "2", "-n", name) for name in names]
     app = make_app()
     sender = task.sender(app)
-    record = grants_recorder(locks, partition_key(app, sender, "acme", 0))
+    record = GrantRecorder(locks, partition_key(app, sender, "acme", 0))
     results = [sender.delay("acme", n) for n in range(200)]
     assert sorted(result.get(timeout=60) for result in results) == list(range(200))
-    throughput = check_drain(coord, "acme", 200, 20, grants=record())
+    throughput = check_drain(coord, "acme", 200, 20, grants=record.stop())
     assert throughput >= 0.95 * 20, throughput
     logs = "".join(proc.log() for proc in procs)
     postponed = logs.count("Rate-limited rate.call[")
@@ -154,12 +120,12 @@ def test_partitions_are_independent(
     task.start(worker_process, urls, "-c", "2", "-n", node("rate-parts"))
     app = make_app()
     sender = task.sender(app)
-    records = {account: grants_recorder(locks, partition_key(app, sender, account, 0)) for account in "ab"}
+    records = {account: GrantRecorder(locks, partition_key(app, sender, account, 0)) for account in "ab"}
     results = [sender.delay(account, n) for n in range(15) for account in "ab"]
     assert sorted(result.get(timeout=30) for result in results) == sorted(list(range(15)) * 2)
     firsts = []
     for account in "ab":
-        check_drain(coord, account, 15, 5, grants=records[account]())
+        check_drain(coord, account, 15, 5, grants=records[account].stop())
         firsts.append(starts(coord, account)[0][0])
     # Each account drains at its own limit: 5 at once, then 5 a second, side by side.
     ends = [starts(coord, account)[-1][0] for account in "ab"]
@@ -247,10 +213,10 @@ def test_on_every_pool_and_on_a_cluster(
     task.start(worker_process, urls, "-c", "2", "-n", node(f"rate-{pool}"), pool=pool)
     app = make_app(redislock_url=urls["locks"])
     sender = task.sender(app)
-    record = grants_recorder(client, partition_key(app, sender, "acme", 0))
+    record = GrantRecorder(client, partition_key(app, sender, "acme", 0))
     results = [sender.delay("acme", n) for n in range(30)]
     assert sorted(result.get(timeout=30) for result in results) == list(range(30))
-    assert check_drain(coord, "acme", 30, 10, grants=record()) > 0.8 * 10
+    assert check_drain(coord, "acme", 30, 10, grants=record.stop()) > 0.8 * 10
     if client is not locks:
         client.close()
 
@@ -260,8 +226,8 @@ DOCUMENT = ModeTask(
     "rate.document",
     "account, document, n",
     """
-    seconds, micros = coord.time()
-    coord.rpush("starts:" + account, f"{seconds}.{micros:06d} {n} {self.request.retries} {self.request.id}")
+    import time
+    coord.rpush("starts:" + account, f"{time.time()!r} {n} {self.request.retries} {self.request.id}")
     if coord.incr("inside:" + document) > 1:
         coord.rpush("overlaps", document)
     coord.blpop("never", timeout=0.05)  # a body that takes a while
@@ -290,14 +256,14 @@ def test_one_at_a_time_per_document_and_n_a_second_per_account(
         DOCUMENT.start(worker_process, urls, "-c", "2", "-n", node(name))
     app = make_app()
     sender = DOCUMENT.sender(app)
-    record = grants_recorder(locks, partition_key(app, sender, "acme", "doc0", 0))
+    record = GrantRecorder(locks, partition_key(app, sender, "acme", "doc0", 0))
     results = [sender.delay("acme", f"doc{n % 4}", n) for n in range(40)]
     assert sorted(result.get(timeout=40) for result in results) == list(range(40))
     assert coord.llen("overlaps") == 0
     ran = starts(coord, "acme")
     assert sorted(n for _, n, _, _ in ran) == list(range(40))
     # A call refused by its document's lock was admitted and counted: the limit holds over both.
-    grants = record()
+    grants = record.stop()
     assert len(grants) >= 40 and most_in_a_window(grants, 1.0) <= 10
     assert most_in_a_window([t for t, _, _, _ in ran], 0.98) <= 10
 
