@@ -11,13 +11,14 @@ processes each, the same for every task measured:
   worker instance, so about workers x the rate in all). Each body records its start (the
   host's clock, the Redis server's too); the figures are the most starts any window of one period holds (by
   those reads, which come a few ms after the decision, and for ours by the limiter's log, the
-  decisions' own server times), and the starts per period over the drain (calls / (last start
-  - first start + one period)).
+  decisions' own server times), and the starts per period over the drain (the mean over its
+  whole periods, counted from the first start).
 - **uncontended**: batches of ``--n`` calls, each with arguments of its own, of a
   ``SingletonTask`` with a limit never reached, and of the same task without one, in an order
   shuffled per repeat; the ratio of their throughputs (tasks/s, sent and waited for) is taken
   per repeat (paired) and its median over ``--repeats`` repeats reported (the first repeat, a
-  warm-up, left out). It is what the gate's one round trip costs a task.
+  warm-up, left out); and, in this process, the median time of one uncontended decision (the
+  gate's one script call) beside a PING's. It is what the gate's one round trip costs a task.
 """
 
 from __future__ import annotations
@@ -37,9 +38,17 @@ from celery import Celery
 
 from celery_redislock import SingletonTask
 from celery_redislock.config.arguments import KeyBuilder
-from celery_redislock.contrib.testing import GrantRecorder, RedisServer, WorkerProcess, most_in_a_window
+from celery_redislock.contrib.testing import (
+    GrantRecorder,
+    RedisServer,
+    WorkerProcess,
+    most_in_a_window,
+    starts_per_period,
+)
 from celery_redislock.engine.checks import BadValue
+from celery_redislock.engine.rate_limiter import decide
 from celery_redislock.engine.rates import parse_rate
+from celery_redislock.engine.script_runner import ScriptRunner
 from celery_redislock.integration.runtime import run_function, runtime_for
 from celery_redislock.modes.rate_limit import rate_key
 
@@ -132,7 +141,7 @@ def burst(app: Celery, coord: redis.Redis, locks: redis.Redis, tag: str, calls: 
     seconds = time.monotonic() - began
     grants = recorder.stop() if recorder is not None else None
     times = sorted(float(t) for t in coord.lrange(f"starts:{tag}", 0, -1))
-    per_period = calls / (times[-1] - times[0] + period) * period
+    per_period = starts_per_period(times, period)
     most_by_log = None if grants is None else most_in_a_window(grants, period)
     return Burst(most_in_a_window(times, period), per_period, seconds, most_by_log)
 
@@ -152,6 +161,23 @@ def batch_rate(app: Celery, tag: str, n: int, first: int) -> float:
     for result in results:
         result.get(timeout=120)
     return n / (time.perf_counter() - began)
+
+
+def decision_us(client: redis.Redis, calls: int) -> tuple[float, float]:
+    """Median µs of one uncontended decision (the gate's one script call, a limit never reached)
+    and of one PING on the same connection, over ``calls`` of each, interleaved."""
+    scripts = ScriptRunner(client)
+    rate = parse_rate("1000000/s")
+    decide(scripts, "bench:rate:warm", rate, "warm", reserve=True)  # the script loaded
+    decisions, pings = [], []
+    for i in range(calls):
+        began = time.perf_counter()
+        decide(scripts, "bench:rate:decide", rate, str(i), reserve=True)
+        decisions.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        client.ping()
+        pings.append(time.perf_counter() - began)
+    return statistics.median(decisions) * 1e6, statistics.median(pings) * 1e6
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -189,7 +215,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             locks.close()
             for worker in workers:
                 worker.stop()
-    return {"rate": rate, "bursts": bursts, "ratios": ratios}
+        decision, ping = decision_us(server.client(db=4), args.decisions)
+    return {"rate": rate, "bursts": bursts, "ratios": ratios, "decision_us": decision, "ping_us": ping}
 
 
 def report(figures: dict[str, Any], args: argparse.Namespace) -> str:
@@ -214,6 +241,9 @@ def report(figures: dict[str, Any], args: argparse.Namespace) -> str:
         f"Uncontended: a `SingletonTask` with a limit never reached vs the same without one, "
         f"tasks/s sent and waited for, batches of {args.n}: median ratio {statistics.median(ratios):.3f}x "
         f"over {len(ratios)} paired repeats (each: {', '.join(f'{r:.3f}' for r in ratios)}).",
+        "",
+        f"One uncontended decision (the gate's one script call): {figures['decision_us']:.0f} µs, "
+        f"a PING on the same connection {figures['ping_us']:.0f} µs (medians of {args.decisions}).",
     ]
     return "\n".join(lines)
 
@@ -226,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=2, help="pool processes per worker")
     parser.add_argument("--n", type=int, default=200, help="calls per uncontended batch")
     parser.add_argument("--repeats", type=int, default=5, help="paired repeats (+1 warm-up)")
+    parser.add_argument("--decisions", type=int, default=2000, help="decisions and PINGs timed")
     add_server_option(parser)
     args = parser.parse_args(argv)
     try:

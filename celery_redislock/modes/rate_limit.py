@@ -42,10 +42,10 @@ logger = logging.getLogger(__name__)
 
 #: Seconds a call waits for its slot in the worker, not re-published: a re-published call comes
 #: back only as exactly as the broker and the worker's timer deliver it (tens of ms late).
-WAIT_IN_PROCESS = 0.3
+WAIT_IN_PROCESS = 0.2
 #: Seconds before its slot a re-published call is due: it waits out the rest in the worker and
 #: starts on time, where coming back late would delay every later slot of its chain.
-COME_BACK_EARLY = 0.08
+COME_BACK_EARLY = 0.03
 
 #: The suffix of a partition's log beside its key (``keys.slot_key``).
 RATE_SUFFIX = "rate"

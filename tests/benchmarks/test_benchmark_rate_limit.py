@@ -11,13 +11,31 @@ from benchmarks.rate_limit import main
 
 @pytest.mark.slow
 def test_the_rate_limit_benchmark_prints_its_tables(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--burst", "12", "--rate", "5/s", "--workers", "1", "--n", "5", "--repeats", "1"]) == 0
+    assert (
+        main(
+            [
+                "--burst",
+                "12",
+                "--rate",
+                "5/s",
+                "--workers",
+                "1",
+                "--n",
+                "5",
+                "--repeats",
+                "1",
+                "--decisions",
+                "10",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "Burst of 12 calls on 5/s (1 prefork workers, -c 2):" in out
     [ours] = [line for line in out.splitlines() if line.startswith("| `global_rate_limit`")]
     assert ours.split("|")[3].strip() == "5"  # the most starts in any second, by the limiter's log
     assert "| Celery's `rate_limit` |" in out
-    assert "over 1 paired repeats" in out
+    assert "over 1 paired repeats" in out and "(medians of 10)" in out
 
 
 def test_a_bad_rate_is_refused_naming_it(capsys: pytest.CaptureFixture[str]) -> None:

@@ -143,4 +143,4 @@ def test_on_a_cluster_each_partition_is_limited_on_its_node(cluster_client: Redi
     record = GrantRecorder(cluster_client, limiters[0].key)
     granted = contend(lambda: RedisRateLimiter(cluster_client, "p0", "3/s"), threads=4, seconds=2.2)
     assert most_in_a_window(record.stop(), 1.0) <= 3
-    assert granted >= 5
+    assert granted >= 4  # the next second's slots, one every third of a second from 1 s on

@@ -35,8 +35,9 @@ def test_list_shows_each_rate_limited_partition(celery_cmd: Callable[..., Run], 
     rows = {line.split()[0]: line for line in lines[2:-1]}
     assert set(rows) == {busy, quiet}
     assert "rate limit 3/m: 3 started in the window, 1 reserved, next free slot in " in rows[busy]
-    # The three starts leave the window a minute on: then the reserved call and two new ones start.
-    assert 50 < float(rows[busy].split("next free slot in ")[1].split("s")[0]) <= 60.001
+    # The reserved slot is a minute on (the three starts leave the window then); a new call's
+    # comes a third of a minute after it (a backlog is spread over the period).
+    assert 75 < float(rows[busy].split("next free slot in ")[1].split("s")[0]) <= 80.001
     assert "rate limit 3/m: 1 started in the window, 0 reserved, next free slot now" in rows[quiet]
     assert rows[busy].split()[1] == ADD
     # The log lives until its newest entry no longer counts: a reserved slot a period on.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .certificates import TestCA, find_openssl
 from .rabbitmq import RabbitMQServer, find_rabbitmq_server
-from .rates import GrantRecorder, most_in_a_window
+from .rates import GrantRecorder, most_in_a_window, starts_per_period
 from .roundtrips import RoundTrips, counting_client, counting_cluster_client
 from .servers import (
     BUNDLED_SERVERS,
@@ -44,5 +44,6 @@ __all__ = [
     "most_in_a_window",
     "poll",
     "server_version",
+    "starts_per_period",
     "tls_support",
 ]

@@ -1,5 +1,6 @@
 """Checking a rate limit from outside: the starts a partition's log records (each entry names its
-server time), collected while it runs, and the most of them any window of one period holds."""
+server time), collected while it runs; the most of them any window of one period holds, and how
+many a period a drain had."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["GrantRecorder", "most_in_a_window"]
+__all__ = ["GrantRecorder", "most_in_a_window", "starts_per_period"]
 
 
 def most_in_a_window(times: Sequence[float], period: float) -> int:
@@ -18,6 +19,15 @@ def most_in_a_window(times: Sequence[float], period: float) -> int:
             first += 1
         most = max(most, last - first + 1)
     return most
+
+
+def starts_per_period(times: Sequence[float], period: float) -> float:
+    """The mean number of ``times`` (sorted) in each whole period of a drain, counted from the
+    first: the periods ``[first + k * period, first + (k + 1) * period)`` that end before the
+    last start (one at least). A limit used to the full gives N in each."""
+    whole = max(1, int((times[-1] - times[0]) // period))
+    end = times[0] + whole * period
+    return sum(1 for at in times if at < end) / whole
 
 
 class GrantRecorder:

@@ -1,6 +1,7 @@
 -- Decide whether a call of a rate-limited partition starts now: a sliding-window log.
--- Time is the Redis server's (TIME): the clocks of the hosts never matter. Every entry is a
--- start at its score; no closed window of one period holds more than ARGV[1] of them.
+-- Time is the Redis server's (TIME): the clocks of the hosts never matter. No closed window of
+-- one period holds more than ARGV[1] starts; a slot reserved counts as one where a new call is
+-- placed, so new calls never take the slots of those told to come back.
 -- KEYS[1]  the partition's log: a sorted set scored in server ms; 'g:<id>:<time>' a start
 --          granted at its score, 'r:<id>' the start reserved for caller <id> at its score
 -- ARGV[1]  N: the starts allowed per period
@@ -42,35 +43,32 @@ if reserved then
     return {1, reserved - now}
   end
   -- Its slot has come; it may come late, and its start is now: it starts if the window that
-  -- ends now holds fewer than N other starts (reservations due count as started).
-  local others = redis.call('ZCOUNT', key, '-inf', now) - 1
-  if others < limit then
+  -- ends now holds fewer than N starts. Slots reserved by calls not back yet are not starts:
+  -- a call that comes late wastes no slot of those behind it.
+  local recent = redis.call('ZRANGEBYSCORE', key, now - period, now, 'WITHSCORES')
+  local starts = {}
+  for i = 1, #recent, 2 do
+    if string.sub(recent[i], 1, 2) == 'g:' then
+      starts[#starts + 1] = tonumber(recent[i + 1])
+    end
+  end
+  if #starts < limit then
     return grant()
   end
   -- Else it keeps its place and comes back when the oldest start in the way has left.
-  local nth = others - limit + 1
-  local entries = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, nth + 1)
-  local seen = 0
-  for i = 1, #entries, 2 do
-    if entries[i] ~= own then
-      seen = seen + 1
-      if seen == nth then
-        return {1, math.max(1, tonumber(entries[i + 1]) + period + 1 - now)}
-      end
-    end
-  end
-  return {1, 1}
+  return {1, math.max(1, starts[#starts - limit + 1] + period + 1 - now)}
 end
 
 -- A new call: with fewer than N entries in all, one more fits in any window.
 if redis.call('ZCARD', key) < limit then
   return grant()
 end
--- Else its slot is one period after the N-th newest entry, and not before the newest: each
--- new call is placed after every reserved one, so none is overtaken.
+-- Else its slot is one period after the N-th newest entry, and after the newest by 1/N of a
+-- period: each new call is placed after every reserved one (none is overtaken), and a backlog
+-- is spread evenly over the period rather than started in bursts of N.
 local nth = redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
 local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-local at = math.max(now + 1, tonumber(nth[2]) + period + 1, tonumber(last[2]))
+local at = math.max(now + 1, tonumber(nth[2]) + period + 1, tonumber(last[2]) + math.floor(period / limit))
 local wait = at - now
 local most = tonumber(ARGV[5])
 if ARGV[4] == '1' and (most == 0 or wait <= most) then
