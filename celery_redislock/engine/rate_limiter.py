@@ -5,10 +5,14 @@ The algorithm is a sliding-window log (``lua/rate_limit.lua``): one sorted set p
 one entry per start of the last period (scored by its time on the server's clock), plus one per
 call that was told to come back (its reserved slot). It is exact (no closed window of one period
 ever holds more than N starts) and costs memory in proportion to N plus the calls waiting: about
-100 bytes an entry with task ids as members. A call that must wait reserves the next free slot,
-placed after every slot reserved before it, so later calls never overtake it; when it comes back
-(even late) its start is checked again against the window that ends then, and it keeps its place
-if that window is still full.
+100 bytes an entry with task ids as members, so about 100 * (N + backlog) bytes a partition.
+
+A call that must wait reserves the next free slot: one period after the N-th newest entry, and
+1/N of a period after the newest, so a backlog is spread evenly over each period and every new
+call is placed after every reserved one (none is overtaken). When it comes back (late, maybe)
+its start is checked against the starts of the window that ends then (slots reserved by calls
+not back yet are not starts); if that window is full, it keeps its place and is told when room
+comes.
 """
 
 from __future__ import annotations
