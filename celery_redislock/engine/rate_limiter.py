@@ -4,8 +4,8 @@ in one round trip by the Redis server's clock; and the decision the task option 
 The algorithm is a sliding-window log (``lua/rate_limit.lua``): one sorted set per partition,
 one entry per start of the last period (scored by its time on the server's clock), plus one per
 call that was told to come back (its reserved slot). It is exact (no closed window of one period
-ever holds more than N starts) and costs memory in proportion to N plus the calls waiting: about
-100 bytes an entry with task ids as members, so about 100 * (N + backlog) bytes a partition.
+ever holds more than N starts) and costs memory in proportion to N plus the calls waiting (task
+ids as members): about 70 bytes an entry up to 128 entries (a packed list), 150 past that.
 
 A call that must wait reserves the next free slot: one period after the N-th newest entry, and
 1/N of a period after the newest, so a backlog is spread evenly over each period and every new
