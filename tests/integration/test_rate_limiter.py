@@ -14,7 +14,7 @@ from redis.cluster import RedisCluster
 
 from celery_redislock import OptionError, RedisRateLimiter
 from celery_redislock.config.urls import make_client
-from celery_redislock.contrib.testing import ClusterSet, GrantRecorder, most_in_a_window, poll
+from celery_redislock.contrib.testing import ClusterSet, GrantRecorder, SentinelSet, most_in_a_window, poll
 
 
 def contend(limiter_of: Callable[[], RedisRateLimiter], threads: int, seconds: float) -> int:
@@ -144,3 +144,13 @@ def test_on_a_cluster_each_partition_is_limited_on_its_node(cluster_client: Redi
     granted = contend(lambda: RedisRateLimiter(cluster_client, "p0", "3/s"), threads=4, seconds=2.2)
     assert most_in_a_window(record.stop(), 1.0) <= 3
     assert granted >= 4  # the next second's slots, one every third of a second from 1 s on
+
+
+def test_through_sentinel(sentinels: SentinelSet) -> None:
+    client = make_client(sentinels.url, sentinels.transport_options, socket_timeout=5)
+    try:
+        limiter = RedisRateLimiter(client, "sentinel", "2/s")
+        assert [bool(limiter.try_acquire()) for _ in range(3)] == [True, True, False]
+        assert limiter.acquire(timeout=3)
+    finally:
+        client.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -298,3 +299,31 @@ def test_a_postponed_call_sends_task_rate_limited_and_is_logged(
     lines = [r for r in caplog.records if r.getMessage().startswith("Rate-limited rate.signalled[")]
     assert len(lines) == len(postponed) and {r.levelname for r in lines} == {"INFO"}
     assert sorted(ran) == [0, 1, 2, 3]
+
+
+def test_eager_calls_wait_for_their_slot_in_the_caller(make_app: Callable[..., Celery]) -> None:
+    app = make_app(task_always_eager=True)
+
+    @app.task(base=SingletonTask, shared=False, name="rate.eager", global_rate_limit="2/s")
+    def eager(n: int) -> int:
+        return n
+
+    began = time.monotonic()
+    assert [eager.delay(n).get() for n in range(3)] == [0, 1, 2]
+    assert 0.9 < time.monotonic() - began < 3  # the third waited for the next second
+
+
+def test_a_call_that_would_expire_before_its_slot_ends_revoked(
+    make_app: Callable[..., Celery], worker: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    app = make_app()
+
+    @app.task(base=SingletonTask, shared=False, name="rate.expiring", global_rate_limit="1/m")
+    def expiring(n: int) -> int:
+        return n
+
+    with worker(app, pool="threads", concurrency=2):
+        assert expiring.delay(0).get(timeout=20) == 0
+        late = expiring.apply_async((1,), expires=30)  # its slot is a minute away
+        assert poll(lambda: late.state == "REVOKED", 20), late.state
+    assert any("expires before its slot" in r.getMessage() for r in caplog.records)
