@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from celery.exceptions import Ignore
 
@@ -25,7 +25,7 @@ from ..config.options import LockOptions, check_lock_key
 from ..config.schema import OptionSpec
 from ..engine.counting import count
 from ..engine.keys import slot_key
-from ..engine.rate_limiter import decide
+from ..engine.rate_limiter import cancel_reservation, decide
 from ..engine.rates import Rate, optional_rate, rate_of
 from ..integration.acquisition import Execution
 from ..integration.outcomes import requeue
@@ -41,7 +41,7 @@ __all__ = ["COME_BACK_EARLY", "GATE", "WAIT_IN_PROCESS", "RateLimitGate", "rate_
 logger = logging.getLogger(__name__)
 
 #: Seconds a call waits for its slot in the worker, not re-published: a re-published call comes
-#: back only as exactly as the broker and the worker's timer deliver it (tens of ms late).
+#: back only as exactly as the broker and the worker's timer deliver it.
 WAIT_IN_PROCESS = 0.2
 #: Seconds before its slot a re-published call is due: it waits out the rest in the worker and
 #: starts on time, where coming back late would delay every later slot of its chain.
@@ -120,7 +120,7 @@ class RateLimitGate:
             if decision.allowed:
                 return
             if decision.wait > WAIT_IN_PROCESS and not request.is_eager:  # eager: nothing to re-queue
-                postpone(task, execution.task_id, key, rate, decision.wait)
+                postpone(task, execution, key, rate, decision.wait)
             time.sleep(decision.wait)
 
     def after_release(self, held: Any) -> None:
@@ -141,12 +141,14 @@ class RateLimitGate:
         return rate_key(builder.key(request.args or (), request.kwargs or {}, task))
 
 
-def postpone(task: AnyTask, task_id: str, key: str, rate: Rate, wait: float) -> None:
+def postpone(task: AnyTask, execution: Execution, key: str, rate: Rate, wait: float) -> NoReturn:
     """Re-publish the running call to start in ``wait`` seconds (its slot is reserved), counted
-    ``rate_limited``; or, when its message expires before then, end it as Celery ends an expired
-    call (revoked): a broker that drops an expired message (RabbitMQ's per-message TTL) would
-    leave its caller waiting for nothing. Raises ``Ignore``: no state is stored for this run."""
+    ``rate_limited``; or, when its message expires before then, give its slot back and end it as
+    Celery ends an expired call (revoked): a broker that drops an expired message (RabbitMQ's
+    per-message TTL) would leave its caller waiting for nothing. Raises ``Ignore``: no state is
+    stored for this run."""
     request = task.request
+    task_id = execution.task_id
     left_ms = expiry_ttl_ms(request.expires)
     if left_ms is not None and left_ms < wait * 1000:
         logger.warning(
@@ -157,6 +159,7 @@ def postpone(task: AnyTask, task_id: str, key: str, rate: Rate, wait: float) -> 
             rate,
             wait,
         )
+        cancel_reservation(execution.runtime.scripts.client, key, task_id)
         task.backend.mark_as_revoked(task_id, "expired", request=request)
         raise Ignore()
     count("rate_limited")

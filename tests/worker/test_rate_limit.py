@@ -314,7 +314,10 @@ def test_eager_calls_wait_for_their_slot_in_the_caller(make_app: Callable[..., C
 
 
 def test_a_call_that_would_expire_before_its_slot_ends_revoked(
-    make_app: Callable[..., Celery], worker: Callable[..., Any], caplog: pytest.LogCaptureFixture
+    make_app: Callable[..., Celery],
+    worker: Callable[..., Any],
+    locks: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     app = make_app()
 
@@ -327,3 +330,6 @@ def test_a_call_that_would_expire_before_its_slot_ends_revoked(
         late = expiring.apply_async((1,), expires=30)  # its slot is a minute away
         assert poll(lambda: late.state == "REVOKED", 20), late.state
     assert any("expires before its slot" in r.getMessage() for r in caplog.records)
+    # Its reserved slot was given back: the log holds the one start only.
+    [log] = [key for key in locks.scan_iter("*") if key.endswith(b":rate")]
+    assert [m for m in locks.zrange(log, 0, -1) if m.startswith(b"r:")] == []
