@@ -1,6 +1,6 @@
 """celery_redislock: singleton Celery tasks guarded by a renewed Redis lock.
 
-The lock engine (``RedisLock``, ``RedisSemaphore`` and what they deal in) and the exceptions
+The lock engine (``RedisLock``, ``RedisSemaphore``, ``RedisRateLimiter`` and what they deal in) and the exceptions
 import no Celery; the Celery names (``SingletonTask``) are loaded on first use, with what
 loading them must do in every process that uses them: register ``inspect redislock_stats``,
 connect the worker lifecycle handlers and the counters, register the dedup modes.
@@ -12,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .engine import AcquireResult, AcquireStatus, Lease, LockEngine, RenewReport
+from .engine.rate_limiter import RedisRateLimiter
 from .engine.redis_lock import RedisLock
 from .engine.redis_semaphore import RedisSemaphore
 from .errors import (
@@ -46,6 +47,7 @@ __all__ = [
     "OptionError",
     "RedisLock",
     "RedisLockError",
+    "RedisRateLimiter",
     "RedisSemaphore",
     "RedisTLSError",
     "RedisURLError",

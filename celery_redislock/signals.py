@@ -1,4 +1,5 @@
-"""The package's own Celery signals: a duplicate refused, a held lock lost or re-taken.
+"""The package's own Celery signals: a duplicate refused, a held lock lost or re-taken, a call
+postponed by its rate limit.
 
 Public as ``celery_redislock.signals.task_duplicate`` (and ``lock_lost``, ``lock_retaken``);
 defined here, apart from the worker lifecycle handlers, so the modules that send them
@@ -14,7 +15,15 @@ from typing import Any
 
 from celery.utils.dispatch import Signal
 
-__all__ = ["lock_lost", "lock_retaken", "send_duplicate", "send_lease_event", "task_duplicate"]
+__all__ = [
+    "lock_lost",
+    "lock_retaken",
+    "send_duplicate",
+    "send_lease_event",
+    "send_rate_limited",
+    "task_duplicate",
+    "task_rate_limited",
+]
 
 #: A call refused because its key is held: ``sender`` the task; ``task_id``, ``key``,
 #: ``holder`` (the id holding the key), ``strategy`` (the task's ``on_duplicate``), ``where``:
@@ -41,6 +50,14 @@ lock_retaken = Signal(
     providing_args=["key", "holder", "new_holder", "task_id"],
 )
 
+#: A call over its ``global_rate_limit`` was not run but re-queued for its slot: ``sender`` the
+#: task; ``task_id``, ``key`` (the partition's log), ``rate`` (``"10/s"``), ``wait`` (seconds
+#: until its slot, from when it was re-queued).
+task_rate_limited = Signal(
+    name="redislock.task_rate_limited",
+    providing_args=["task_id", "key", "rate", "wait"],
+)
+
 
 def _connected(signal: Signal) -> bool:
     # What Signal.send tests first: checked here before the arguments are built.
@@ -61,3 +78,9 @@ def send_lease_event(
     """Send ``lock_lost`` or ``lock_retaken`` for the lease ``key``/``holder``."""
     if _connected(signal):
         signal.send(sender=task, key=key, holder=holder, new_holder=new_holder, task_id=task_id)
+
+
+def send_rate_limited(task: Any, task_id: str, key: str, rate: str, wait: float) -> None:
+    """Send ``task_rate_limited`` for a call of ``task`` re-queued for its slot."""
+    if _connected(task_rate_limited):
+        task_rate_limited.send(sender=task, task_id=task_id, key=key, rate=rate, wait=wait)

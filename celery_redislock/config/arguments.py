@@ -235,8 +235,11 @@ class KeyBuilder:
         lock_key: LockKeySpec = None,
         *,
         source: str | None = None,
+        option: str = "lock_key",
     ) -> None:
         self.prefix = prefix
+        #: The option the key is made by, as errors name it (``rate_limit_key`` for a partition).
+        self.option = option
         self.task_name = task_name
         # Every key of the task starts so: a key is this and a digest (format_key, made once).
         self._head = format_key(prefix, task_name, "")
@@ -264,7 +267,7 @@ class KeyBuilder:
             selected: Sequence[str] = list(parameters)
         elif isinstance(lock_key, str):
             raise OptionError(
-                "lock_key",
+                option,
                 self.source,
                 f"is the str {lock_key!r}; it must be a list of argument names: [{lock_key!r}]",
             )
@@ -273,15 +276,15 @@ class KeyBuilder:
             for index, name in enumerate(lock_key):
                 if not isinstance(name, str):
                     raise OptionError(
-                        "lock_key",
+                        option,
                         self.source,
                         f"must hold argument names (str), not {short_repr(name)}",
                     )
                 if name in lock_key[:index]:
-                    raise OptionError("lock_key", self.source, f"lists {name!r} twice")
+                    raise OptionError(option, self.source, f"lists {name!r} twice")
                 if name not in parameters:
                     raise OptionError(
-                        "lock_key",
+                        option,
                         self.source,
                         f"names unknown argument {name!r} of {self._described}",
                     )
@@ -291,7 +294,7 @@ class KeyBuilder:
             return
         else:
             raise OptionError(
-                "lock_key",
+                option,
                 self.source,
                 "must be None, a list of argument names or a callable (task, args, kwargs) -> str, "
                 f"not {_type_name(lock_key)}",
@@ -365,7 +368,7 @@ class KeyBuilder:
             result = func(task, tuple(args), dict(kwargs))
         except Exception as exc:
             # Wrapped (and chained) so that key() has a single error type for its callers.
-            raise LockKeyError(self.task_name, "lock_key", f"raised {type(exc).__name__}: {exc}") from exc
+            raise LockKeyError(self.task_name, self.option, f"raised {type(exc).__name__}: {exc}") from exc
         if not isinstance(result, str):
-            raise LockKeyError(self.task_name, "lock_key", f"returned {_type_name(result)}, not a str")
+            raise LockKeyError(self.task_name, self.option, f"returned {_type_name(result)}, not a str")
         return str.__str__(result)

@@ -35,6 +35,7 @@ __all__ = [
     "OnRedisError",
     "OptionSpec",
     "add_options",
+    "check_lock_key",
     "option_names",
     "option_specs",
     "resolve",
@@ -169,6 +170,10 @@ def _check_lock_key(value: Any) -> LockKey:
         func: LockKeyFunc = value
         return func
     raise BadValue(f"{what}, {got(value, wrong_type=True)}")
+
+
+#: The check of an option taking ``lock_key``'s forms (a mode's or gate's own key option).
+check_lock_key = _check_lock_key
 
 
 def _spec(name: str, check: Callable[[Any], Any], kind: str, doc: str) -> OptionSpec:

@@ -82,20 +82,26 @@ def retry_duplicate(
     raise task.retry(countdown=options.retry_countdown, exc=error)
 
 
-def requeue(task: AnyTask, **retry: Any) -> Any:
+def requeue(task: AnyTask, *, keep_retries: bool = False, **retry: Any) -> Any:
     """Re-publish the running call like a retry (same task id, waiting for the broker as long as
     it takes), not bounded by the task's ``max_retries``: it has not run, and running out of
-    retries would drop it (these retries still count in ``request.retries``). ``retry``: more of
-    Celery's ``retry()`` arguments. Returns or raises what ``retry()`` does.
+    retries would drop it (these retries still count in ``request.retries``, unless
+    ``keep_retries``: the copy carries this run's count, as a call postponed, not retried).
+    ``retry``: more of Celery's ``retry()`` arguments. Returns or raises what ``retry()`` does.
 
     Celery's ``retry()`` leaves the bound it is given on the task object
     (``override_max_retries``), where ``autoretry_for`` would read it for this task's later runs
     in this process: the task is left as it was found."""
     own = vars(task)
     had, before = "override_max_retries" in own, own.get("override_max_retries")
+    request = task.request
+    retries = request.retries
+    if keep_retries:
+        request.retries = retries - 1  # retry() publishes request.retries + 1
     try:
         return task.retry(max_retries=sys.maxsize, retry_policy=broker_wait_policy(task), **retry)
     finally:
+        request.retries = retries
         if had:
             own["override_max_retries"] = before
         else:

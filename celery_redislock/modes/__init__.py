@@ -1,13 +1,15 @@
 """The modes (README, "Which call runs"), one module each, registered with the Celery glue
 (``integration.mode``) as this package is imported: the order is the order their combination
-rules are asked in. A new mode is one module here, its Lua in ``lua/``, and one line below."""
+rules are asked in. A new mode is one module here, its Lua in ``lua/``, and one line below; a gate
+(the rate limit) registers the same way."""
 
 from __future__ import annotations
 
-from ..integration.mode import register, registered
-from . import debounce, keep_latest, throttle, until_started
+from ..integration.mode import register, register_gate, registered
+from . import debounce, keep_latest, rate_limit, throttle, until_started
 
 __all__ = ["registered"]
 
 for _module in (throttle, keep_latest, debounce, until_started):
     register(_module.MODE)
+register_gate(rate_limit.GATE)

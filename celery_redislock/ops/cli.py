@@ -183,7 +183,8 @@ def redislock(ctx: click.Context, **kwargs: Any) -> None:
 @_redis_errors
 def list_(ctx: click.Context, task: str | None, as_json: bool) -> None:
     """Show the held locks: key, task, holder id and TTL left in seconds; then what the dedup
-    modes keep (keep_latest's and debounce's latest call, a debounced burst's start)."""
+    modes keep (keep_latest's and debounce's latest call, a debounced burst's start) and each
+    rate-limited partition (starts in the current window, reserved slots, next free slot)."""
     _check_task_name(task)
     runtime = _runtime(ctx)
     locks = sorted(held_locks(runtime, task), key=_by_key)

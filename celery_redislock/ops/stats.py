@@ -37,6 +37,8 @@ COUNTER_NAMES = (
     "replaced",
     "debounced",
     "debounce_lost",
+    # Calls over their global_rate_limit, re-queued for their slot (each time one is).
+    "rate_limited",
 )
 
 _INDEX = {name: index for index, name in enumerate(COUNTER_NAMES)}

@@ -35,6 +35,7 @@ COMBINES: dict[str, Any] = {
     "lock_until": "finished",
     "debounce_max": 10,
     "fencing": True,
+    "rate_limit_key": ["doc"],  # no rate limit: a partition of nothing
 }
 
 #: Options refused with debounce: a value, and the reason the error gives.
@@ -46,6 +47,7 @@ REFUSED: list[tuple[str, Any, str]] = [
     ("keep_latest", True, "cannot be used with keep_latest (choose one mode)"),
     ("on_duplicate", "skip", "cannot be used with on_duplicate='skip'"),
     ("on_duplicate", "raise", "cannot be used with on_duplicate='raise'"),
+    ("global_rate_limit", "10/m", "cannot be used with global_rate_limit (a burst's superseded calls"),
 ]
 
 

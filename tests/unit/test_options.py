@@ -80,6 +80,8 @@ def test_the_schema_is_the_locks_options_then_each_modes() -> None:
         "keep_latest": "keep_latest",
         "debounce": "debounce",
         "debounce_max": "debounce",
+        "global_rate_limit": "rate_limit",
+        "rate_limit_key": "rate_limit",
     }
     assert set(owners) == OPTION_NAMES
     assert all(spec.doc and spec.kind for spec in option_specs())
@@ -385,6 +387,8 @@ DIFFERENT = {
     "debounce": (1, 2, 3),
     "debounce_max": (5, 6, 7),
     "fencing": (True, False, True),
+    "global_rate_limit": ("1/s", "2/m", "3/h"),
+    "rate_limit_key": (["a"], ["b"], []),
 }
 
 #: Options an option of DIFFERENT needs from the least specific layer (app) to be valid at all.

@@ -67,3 +67,15 @@ def test_a_requeue_puts_back_a_bound_the_task_had(app: Celery) -> None:
     finally:
         task.pop_request()
     assert vars(task)["override_max_retries"] == 4 != sys.maxsize
+
+
+def test_a_postponed_call_keeps_its_retries(app: Celery) -> None:
+    published(app)  # what earlier tests left in the process-wide memory broker
+    task = running(app)
+    try:
+        requeue(task, countdown=0, throw=False, keep_retries=True)
+        assert task.request.retries == 5  # the running request is left as it was
+    finally:
+        task.pop_request()
+    [message] = published(app)
+    assert message.headers["id"] == "t-1" and message.headers["retries"] == 5

@@ -1,11 +1,13 @@
 """Test harnesses: real redis-servers (one, a Sentinel set, a cluster), a RabbitMQ broker,
-round-trip counting clients, and a ``celery worker`` subprocess. Nothing here imports pytest; the fixtures built on
-these live in ``celery_redislock.contrib.pytest`` (an opt-in pytest plugin)."""
+round-trip counting clients, a ``celery worker`` subprocess, and a rate limiter's starts.
+Nothing here imports pytest; the fixtures built on these live in
+``celery_redislock.contrib.pytest`` (an opt-in pytest plugin)."""
 
 from __future__ import annotations
 
 from .certificates import TestCA, find_openssl
 from .rabbitmq import RabbitMQServer, find_rabbitmq_server
+from .rates import GrantRecorder, most_in_a_window, starts_per_period
 from .roundtrips import RoundTrips, counting_client, counting_cluster_client
 from .servers import (
     BUNDLED_SERVERS,
@@ -24,6 +26,7 @@ from .workers import WorkerNotReady, WorkerProcess
 __all__ = [
     "BUNDLED_SERVERS",
     "ClusterSet",
+    "GrantRecorder",
     "RabbitMQServer",
     "RedisServer",
     "RoundTrips",
@@ -39,7 +42,9 @@ __all__ = [
     "find_redis_server",
     "free_port",
     "free_ports",
+    "most_in_a_window",
     "poll",
     "server_version",
+    "starts_per_period",
     "tls_support",
 ]

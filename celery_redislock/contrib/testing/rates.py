@@ -1,0 +1,60 @@
+"""Checking a rate limit from outside: the starts a partition's log records (each entry names its
+server time), collected while it runs; the most of them any window of one period holds, and how
+many a period a drain had."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["GrantRecorder", "most_in_a_window", "starts_per_period"]
+
+
+def most_in_a_window(times: Sequence[float], period: float) -> int:
+    """The most of ``times`` (sorted) any closed window of ``period`` seconds holds."""
+    most, first = 0, 0
+    for last, at in enumerate(times):
+        while at - times[first] > period:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def starts_per_period(times: Sequence[float], period: float) -> float:
+    """The mean number of ``times`` (sorted) in each whole period of a drain, counted from the
+    first: the periods ``[first + k * period, first + (k + 1) * period)`` that end before the
+    last start (one at least). A limit used to the full gives N in each."""
+    whole = max(1, int((times[-1] - times[0]) // period))
+    end = times[0] + whole * period
+    return sum(1 for at in times if at < end) / whole
+
+
+class GrantRecorder:
+    """Collects every start the rate limiter's log at ``key`` records, reading it (``client``, a
+    Redis or cluster client) more often than its entries leave it: a thread, named, stopped by
+    ``stop()``, which returns the starts' server times, sorted."""
+
+    def __init__(self, client: Any, key: str, interval: float = 0.05) -> None:
+        self._client = client
+        self._key = key
+        self._interval = interval
+        self._seen: set[bytes] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"grant-recorder:{key}", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        self._seen.update(m for m in self._client.zrange(self._key, 0, -1) if m.startswith(b"g:"))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._read()
+            self._stop.wait(self._interval)
+
+    def stop(self) -> list[float]:
+        self._stop.set()
+        self._thread.join(5)
+        self._read()
+        # A grant's member is 'g:<caller>:<seconds>.<microseconds>' (lua/rate_limit.lua).
+        return sorted(float(member.rsplit(b":", 1)[1]) for member in self._seen)

@@ -1,0 +1,55 @@
+"""`celery -A app redislock list` shows each rate-limited partition: its starts in the current
+window, the slots reserved for re-published calls, and when a new call could start."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import redis
+
+from celery_redislock.engine.rate_limiter import decide
+from celery_redislock.engine.rates import parse_rate
+from celery_redislock.engine.script_runner import ScriptRunner
+from celery_redislock.modes.rate_limit import rate_key
+
+from . import test_cli
+from .test_cli import ADD, REPORT, Run, lock_key
+
+#: The fixture of test_cli: an app module, and the real celery program run on it.
+celery_cmd = test_cli.celery_cmd
+
+
+def test_list_shows_each_rate_limited_partition(celery_cmd: Callable[..., Run], locks: redis.Redis) -> None:
+    celery = celery_cmd(redislock_options={"global_rate_limit": "3/m"})
+    scripts = ScriptRunner(locks)
+    busy, quiet = rate_key(lock_key(ADD, "acme")), rate_key(lock_key(ADD, "other"))
+    for caller in ("a", "b", "c", "d"):  # three start, the fourth reserves the next slot
+        decide(scripts, busy, parse_rate("3/m"), caller, reserve=True)
+    decide(scripts, quiet, parse_rate("3/m"), "e", reserve=True)
+    locks.set(lock_key(REPORT, "x"), "task-x@worker:1:1", px=60_000)
+    result = celery("redislock", "list")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[-1] == "1 lock(s) held, 2 mode key(s)"
+    rows = {line.split()[0]: line for line in lines[2:-1]}
+    assert set(rows) == {busy, quiet}
+    assert "rate limit 3/m: 3 started in the window, 1 reserved, next free slot in " in rows[busy]
+    # The reserved slot is a minute on (the three starts leave the window then); a new call's
+    # comes a third of a minute after it (a backlog is spread over the period).
+    assert 75 < float(rows[busy].split("next free slot in ")[1].split("s")[0]) <= 80.001
+    assert "rate limit 3/m: 1 started in the window, 0 reserved, next free slot now" in rows[quiet]
+    assert rows[busy].split()[1] == ADD
+    # The log lives until its newest entry no longer counts: a reserved slot a period on.
+    assert 119 < float(rows[busy].split()[-1]) <= 121
+    listed = json.loads(celery("redislock", "list", "--task", ADD, "--json").stdout)
+    assert sorted(item["key"] for item in listed) == sorted([busy, quiet])
+
+
+def test_list_without_a_known_rate_says_so(celery_cmd: Callable[..., Run], locks: redis.Redis) -> None:
+    celery = celery_cmd()
+    key = rate_key(lock_key(ADD, "acme"))
+    decide(ScriptRunner(locks), key, parse_rate("3/m"), "a", reserve=True)
+    result = celery("redislock", "list")
+    assert result.returncode == 0, result.stderr
+    assert "rate limit: no global_rate_limit known here for its task" in result.stdout
