@@ -36,6 +36,7 @@ from kombu.asynchronous import set_event_loop
 from celery_redislock import DuplicateTaskError, SingletonTask
 from celery_redislock.contrib.testing import RedisServer, poll
 from celery_redislock.integration.runtime import reset_runtime
+from celery_redislock.signals import task_rate_limited
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 MARKER = re.compile(r"<!-- readme-test: ([\w-]+) -->\n```python\n(.*?)\n```", re.S)
@@ -283,6 +284,31 @@ def test_fencing(readme: Readme) -> None:
             assert readme.render.delay(5).get(timeout=10) is None
     tokens = [kwargs["token"] for _, kwargs in readme.work.calls]
     assert all(isinstance(token, int) for token in tokens) and tokens[1] > tokens[0], tokens
+
+
+def test_rate_limit(readme: Readme) -> None:
+    readme.run("rate-limit")
+    readme.work.finish()
+    postponed: list[dict[str, Any]] = []
+    seen = threading.Event()
+
+    def on_rate_limited(sender: Any = None, **info: Any) -> None:
+        postponed.append(info)
+        seen.set()
+
+    task_rate_limited.connect(on_rate_limited, weak=False)
+    try:
+        with readme.worker():
+            calls = [readme.call_partner_api.delay(9, n) for n in range(100)]
+            assert [call.get(timeout=30) for call in calls] == [None] * 100
+            other_account = readme.call_partner_api.delay(10, 0)  # a partition of its own
+            assert other_account.get(timeout=10) is None
+            readme.call_partner_api.delay(9, 100)  # the 101st start of account 9 this minute
+            assert seen.wait(15), "the 101st call was not postponed"
+    finally:
+        task_rate_limited.disconnect(on_rate_limited)
+    assert len(postponed) == 1 and postponed[0]["wait"] > 30, postponed  # its slot: a minute on
+    assert len(readme.work.calls) == 101
 
 
 def test_the_readme_is_a_front_door_that_renders_on_pypi() -> None:
