@@ -19,7 +19,9 @@ LOCK = "lock"
 class OptionSpec:
     """One task option: its name, its default, the check that normalises a value (raising
     ``engine.checks.BadValue`` naming what is wrong), a sentence or two for the reference, the
-    type as users write it, and who owns it (``LOCK`` or a mode's name)."""
+    type as users write it, who owns it (``LOCK`` or a mode's name), and whether it names the
+    task's arguments as ``lock_key`` does (then checked against the body's signature at
+    registration, as ``lock_key`` is)."""
 
     name: str
     default: Any
@@ -27,6 +29,7 @@ class OptionSpec:
     doc: str
     kind: str
     owner: str = LOCK
+    names_arguments: bool = False
 
 
 _specs: dict[str, OptionSpec] = {}

@@ -11,6 +11,7 @@ from celery.exceptions import Retry
 from ..config.arguments import KEY_HEADER, KeyBuilder
 from ..config.keywords import check_keywords
 from ..config.options import LockOptions
+from ..config.schema import option_specs
 from ..engine.holders import handover_id, queued_id, task_id_of
 from ..engine.leases import REDIS_ERRORS
 from ..engine.timing import to_ms
@@ -83,11 +84,16 @@ class SingletonTask(_TaskBase):
     @classmethod
     def on_bound(cls, app: Celery) -> None:
         # Registration is where a bad option must surface, naming the task: validate the
-        # task's own options and its lock_key names against the body's signature now, and
-        # refuse keywords that were meant as options but are not (typos, celery-once's).
+        # task's own options and the argument names its options give (lock_key, a mode's
+        # partition) against the body's signature now, and refuse keywords that were meant as
+        # options but are not (typos, celery-once's).
         check_keywords(cls, SingletonTask)
         options = task_options(cls)
-        KeyBuilder("check", str(cls.name or cls.__name__), run_function(cls), options.get("lock_key"))
+        name, body = str(cls.name or cls.__name__), run_function(cls)
+        KeyBuilder("check", name, body, options.get("lock_key"))
+        for spec in option_specs():
+            if spec.names_arguments and options.get(spec.name) is not None:
+                KeyBuilder("check", name, body, options[spec.name], option=spec.name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         request = self.request

@@ -76,6 +76,7 @@ class RateLimitGate:
             "argument names, or ``(task, args, kwargs) -> str``.",
             "list[str] | callable | None",
             "rate_limit",
+            names_arguments=True,
         ),
     )
 

@@ -163,3 +163,22 @@ def test_the_partition_is_the_named_arguments(app: Celery) -> None:
     bad = LockOptions(global_rate_limit="10/m", rate_limit_key=["acount"])
     with pytest.raises(OptionError, match="option 'rate_limit_key' names unknown argument 'acount'"):
         partition(bad, "a", "x")
+
+
+def test_a_partition_naming_an_unknown_argument_is_an_error_at_registration(app: Celery) -> None:
+    # As lock_key's names are: the typo surfaces where the task is declared, not at its first call.
+    with pytest.raises(
+        OptionError,
+        match=r"^task 'proj.typo': option 'rate_limit_key' names unknown argument 'acount'",
+    ):
+
+        @app.task(
+            base=SingletonTask,
+            shared=False,
+            name="proj.typo",
+            global_rate_limit="1/s",
+            rate_limit_key=["acount"],
+        )
+        def typo(account: str) -> None: ...
+
+        app.finalize()  # the app's tasks are made (and bound) here
