@@ -78,8 +78,9 @@ def check_drain(
     if grants is not None:
         assert len(grants) == calls
         assert most_in_a_window(grants, 1.0) <= limit
-    # A body reads the clock a moment after its grant: no window shorter by that holds more.
-    assert most_in_a_window(times, 0.98) <= limit
+    # A body reads the clock a moment after its grant, later still when its process waits for a
+    # core: by those reads, a window shorter by that delay's bound holds no more.
+    assert most_in_a_window(times, 0.8) <= limit
     return starts_per_period(times, 1.0)
 
 
