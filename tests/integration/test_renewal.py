@@ -176,21 +176,6 @@ def test_a_forked_child_gets_its_own_renewer(in_forked_child: Callable[[Callable
     assert in_forked_child(lambda: get_renewer() is not parent and get_renewer().pid == os.getpid())
 
 
-def test_the_interval_is_the_shortest_of_the_leases_still_held(renewer: Renewer, engine: LockEngine) -> None:
-    # Found by the thread once a cycle, never by a scan on each add (100 000 held leases).
-    first, second = Lease("lock:a", "me", 60_000), Lease("lock:b", "me", 60_000)
-    renewer.add(engine, first, 500.0)
-    renewer.add(engine, second, 100.0)
-    assert renewer.interval() == 100.0
-    renewer.add(engine, second, 900.0)  # the same lease again, asking for another interval
-    assert renewer.interval() == 500.0
-    assert renewer.discard(engine, first) is True
-    assert renewer.interval() == 900.0
-    assert renewer.discard(engine, second) is True
-    assert renewer.discard(engine, second) is False
-    assert renewer.interval() is None
-
-
 def test_a_shorter_interval_wakes_a_thread_kept_waiting_on_a_longer_one(
     renewer: Renewer, engine: LockEngine, redislock_redis: redis.Redis
 ) -> None:
@@ -207,27 +192,3 @@ def test_a_shorter_interval_wakes_a_thread_kept_waiting_on_a_longer_one(
     while time.monotonic() < deadline:
         assert redislock_redis.get(fast.key) == b"me"
         time.sleep(0.05)
-
-
-def test_a_lease_released_before_the_thread_wakes_leaves_it_waiting_on_that_interval(
-    renewer: Renewer, engine: LockEngine
-) -> None:
-    # A worker's task is usually over before the woken thread looks: it then finds nothing
-    # held, and must still wait on that interval, or every next task would wake it again.
-    wakes = 0
-    wake = renewer._wake.set
-
-    def counted() -> None:
-        nonlocal wakes
-        wakes += 1
-        wake()
-
-    renewer._wake.set = counted  # type: ignore[method-assign]
-    for index in range(20):
-        lease = Lease(f"lock:quick{index}", "me", 60_000)
-        renewer.add(engine, lease, 60.0)
-        assert renewer.discard(engine, lease) is True
-        if index == 0:  # the thread started by the first lease has looked, found nothing held
-            assert poll(lambda: not renewer._wake.is_set())
-    assert poll(lambda: renewer._waiting == 60.0)
-    assert wakes == 1
