@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Callable, Literal, Optional
 
 from .counting import count
@@ -57,8 +58,15 @@ class Renewer:
     starts: whoever made it calls ``step()`` (unit tests, on a fake ``wait``).
     """
 
-    def __init__(self, wait: Wait = threading.Event.wait, *, thread: bool = True) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        wait: Wait = threading.Event.wait,
+        *,
+        thread: bool = True,
+    ) -> None:
         self.pid = os.getpid()
+        self._clock = clock
         self._wait = wait
         self._threaded = thread
         # Guards _held and _renewing. Held only for dict operations: never across a network call.
@@ -77,6 +85,10 @@ class Renewer:
         # asking for no shorter one need not wake it: a worker's every task would cost a thread
         # switch.
         self._waiting: float | None = None
+        # When the next cycle is due, by the clock (None: one interval after the thread looks).
+        # A wake moves it only earlier: restarted from each wake, a wait could be pushed back by
+        # leases of ever shorter intervals until an earlier lease expired.
+        self._due: float | None = None
         self._wake = threading.Event()
         self._stopping = threading.Event()
         #: True once stop() was called (a plain attribute: get_renewer reads it every task).
@@ -171,17 +183,23 @@ class Renewer:
             _tell("lost", lease, other or None)
 
     def step(self) -> RenewReport | None:
-        """One turn of the thread: wait for the interval, then renew, unless woken first (a
-        shorter interval arrived, or stop()); None when woken. The thread repeats it until
-        stopped; unit tests drive it with a fake ``wait``."""
+        """One turn of the thread: wait until the next cycle is due (one interval after the
+        last, or sooner for a shorter interval added since), then renew, unless woken first
+        (a shorter interval arrived, or stop()); None when woken. The thread repeats it until
+        stopped; unit tests drive it on a fake ``clock`` and ``wait``."""
         self._wake.clear()
         with self._mutex:
             # With nothing held, keep the last interval (add() notes it): the next lease
             # (a worker's next task) most likely asks for the same, and then add() leaves
             # this thread be.
             interval = self._waiting = self._interval_locked() or self._waiting
-        if self._wait(self._wake, interval) or self._stopping.is_set():
+        now = self._clock()
+        if interval is not None:
+            self._due = now + interval if self._due is None else min(self._due, now + interval)
+        wait = None if self._due is None else max(0.0, self._due - now)
+        if self._wait(self._wake, wait) or self._stopping.is_set():
             return None
+        self._due = None
         return self.renew_now()
 
     def _run(self) -> None:

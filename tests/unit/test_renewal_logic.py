@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Iterator
 
 import pytest
 import redis
+from hypothesis import given
+from hypothesis import strategies as st
 
 from celery_redislock.engine import Lease
 from celery_redislock.engine.leases import RenewReport
@@ -29,6 +31,9 @@ class FakeClock:
         self.now = 0.0
         self._actions: list[tuple[float, int, Callable[[], object]]] = []
         self._order = itertools.count()
+
+    def monotonic(self) -> float:
+        return self.now
 
     def at(self, when: float, action: Callable[[], object]) -> None:
         heapq.heappush(self._actions, (when, next(self._order), action))
@@ -90,7 +95,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def renewer(clock: FakeClock) -> Renewer:
-    return Renewer(clock.wait, thread=False)
+    return Renewer(clock.monotonic, clock.wait, thread=False)
 
 
 @pytest.fixture
@@ -257,3 +262,71 @@ def test_stop_wakes_the_wait_and_no_cycle_follows(
     clock.at(3.0, renewer.stop)
     assert renewer.step() is None
     assert clock.now == 3.0 and engine.calls == []
+
+
+INTERVALS = st.sampled_from([1.0, 2.5, 10.0, 30.0])
+#: (fake time, lease number, interval: an add; None: a discard)
+OPERATIONS = st.lists(
+    st.tuples(st.floats(0.0, 100.0), st.integers(0, 4), st.one_of(st.none(), INTERVALS)), max_size=30
+)
+
+
+@given(OPERATIONS)
+def test_no_held_lease_goes_longer_than_its_interval_without_a_renewal(
+    operations: list[tuple[float, int, float | None]],
+) -> None:
+    # Whatever adds and discards come at whatever times, each lease held is renewed within
+    # its interval of its add and of its last renewal (a lock's TTL is three intervals).
+    clock = FakeClock()
+    renewer = Renewer(clock.monotonic, clock.wait, thread=False)
+    engine = FakeEngine(clock)
+    events: list[tuple[float, int, str, float | None]] = []  # (time, order, key, interval/None)
+    order = itertools.count()
+
+    def act(number: int, interval: float | None) -> None:
+        key = f"lock:{number}"
+        events.append((clock.now, next(order), key, interval))
+        if interval is None:
+            renewer.discard(engine, lease(key))
+        else:
+            renewer.add(engine, lease(key), interval)
+
+    act(0, 30.0)  # the thread starts on a first add
+    for when, number, interval in operations:
+        clock.at(when, lambda n=number, i=interval: act(n, i))
+    while clock.now < 200.0:
+        renewer.step()
+
+    for number in range(5):
+        key = f"lock:{number}"
+        timeline = sorted(
+            [(t, o, "add" if i is not None else "discard", i) for t, o, k, i in events if k == key]
+            + [(t, math.inf, "renew", None) for t in engine.renewed_at(key)]
+        )
+        due: float | None = None  # renewed by then at the latest, while held
+        interval = 0.0
+        for when, _, what, asked in timeline:
+            assert due is None or when <= due, f"{key} not renewed by {due}: {timeline}"
+            if what == "add":
+                assert asked is not None
+                interval = asked
+                due = when + interval
+            elif what == "discard":
+                due = None
+            elif due is not None:
+                due = when + interval
+        assert due is None or clock.now <= due
+
+
+def test_leases_of_ever_shorter_intervals_do_not_push_back_an_earlier_renewal(
+    renewer: Renewer, engine: FakeEngine, clock: FakeClock
+) -> None:
+    # Each add wakes the thread just before the cycle is due: restarted from each wake, the
+    # wait would renew "a" at 57 + 28 = 85 s, long after its 30 s interval.
+    renewer.add(engine, lease("a"), 30.0)
+    clock.at(29.0, lambda: renewer.add(engine, lease("b"), 29.0))
+    clock.at(29.5, lambda: renewer.discard(engine, lease("b")))
+    clock.at(57.0, lambda: renewer.add(engine, lease("c"), 28.0))
+    while not engine.calls:
+        renewer.step()
+    assert engine.calls[0][0] == 30.0
