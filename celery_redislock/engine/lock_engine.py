@@ -25,6 +25,7 @@ from .scripts import (
     renew_report,
     ttl_arg,
 )
+from .timing import to_ms
 
 __all__ = ["FENCE_KEEP_MS", "SCAN_BATCH", "ClusterLockEngine", "LockEngine", "make_engine"]
 
@@ -35,7 +36,7 @@ SCAN_BATCH = 1000
 #: How long a key's fence counter outlives its last fenced acquisition (at least twice that
 #: lock's TTL): 7 days. Should it expire (or Redis restart without it), the next token is
 #: seeded from the server's clock in microseconds, still above every token issued before.
-FENCE_KEEP_MS = 7 * 24 * 3600 * 1000
+FENCE_KEEP_MS = to_ms(7 * 24 * 3600)
 
 
 class LockEngine(BatchRenewal):

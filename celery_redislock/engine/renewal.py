@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Callable, Literal, Optional
 
 from .counting import count
 from .leases import REDIS_ERRORS, Lease, LeaseEngine, RenewReport
 
-__all__ = ["LeaseEvent", "LeaseListener", "Renewer", "add_listener", "get_renewer"]
+__all__ = ["LeaseEvent", "LeaseListener", "Renewer", "Wait", "add_listener", "get_renewer", "remove_listener"]
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +23,10 @@ LeaseEvent = Literal["lost", "retaken"]
 #: sends its signals and marks the request's lock lost.
 LeaseListener = Callable[[LeaseEvent, Lease, Optional[str]], None]
 
+#: How the thread waits: until the event is set or the seconds pass (None: no limit); True if
+#: it was set. The schedule's clock, injectable so that unit tests run it on a fake one.
+Wait = Callable[[threading.Event, Optional[float]], bool]
+
 _listeners: list[LeaseListener] = []
 
 
@@ -29,6 +34,11 @@ def add_listener(listener: LeaseListener) -> None:
     """Tell ``listener`` of every lease lost or re-taken in this process (and its children)."""
     if listener not in _listeners:
         _listeners.append(listener)
+
+
+def remove_listener(listener: LeaseListener) -> None:
+    if listener in _listeners:
+        _listeners.remove(listener)
 
 
 def _tell(event: LeaseEvent, lease: Lease, other: str | None) -> None:
@@ -44,11 +54,21 @@ class Renewer:
     it renews all of them, one ``renew_many`` call per engine, so one round trip per Redis.
 
     The thread starts on the first ``add`` (so every pool, and every forked child, gets one
-    without relying on worker signals) and stops on ``stop()``.
+    without relying on worker signals) and stops on ``stop()``. With ``thread=False`` none
+    starts: whoever made it calls ``step()`` (unit tests, on a fake ``wait``).
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        wait: Wait = threading.Event.wait,
+        *,
+        thread: bool = True,
+    ) -> None:
         self.pid = os.getpid()
+        self._clock = clock
+        self._wait = wait
+        self._threaded = thread
         # Guards _held and _renewing. Held only for dict operations: never across a network call.
         self._mutex = threading.Lock()
         # Held for a whole renewal cycle: a discard() that finds a cycle in flight waits for it,
@@ -65,6 +85,10 @@ class Renewer:
         # asking for no shorter one need not wake it: a worker's every task would cost a thread
         # switch.
         self._waiting: float | None = None
+        # When the next cycle is due, by the clock (None: one interval after the thread looks).
+        # A wake moves it only earlier: restarted from each wake, a wait could be pushed back by
+        # leases of ever shorter intervals until an earlier lease expired.
+        self._due: float | None = None
         self._wake = threading.Event()
         self._stopping = threading.Event()
         #: True once stop() was called (a plain attribute: get_renewer reads it every task).
@@ -88,7 +112,7 @@ class Renewer:
             started = self._thread is not None
         if wake:
             self._wake.set()  # the thread waits for a longer interval: make it re-read
-        if not started:
+        if not started and self._threaded:
             self._start()
 
     def discard(self, engine: LeaseEngine, lease: Lease) -> bool:
@@ -158,18 +182,29 @@ class Renewer:
                 self._held.pop((engine, lease.key, lease.holder), None)
             _tell("lost", lease, other or None)
 
+    def step(self) -> RenewReport | None:
+        """One turn of the thread: wait until the next cycle is due (one interval after the
+        last, or sooner for a shorter interval added since), then renew, unless woken first
+        (a shorter interval arrived, or stop()); None when woken. The thread repeats it until
+        stopped; unit tests drive it on a fake ``clock`` and ``wait``."""
+        self._wake.clear()
+        with self._mutex:
+            # With nothing held, keep the last interval (add() notes it): the next lease
+            # (a worker's next task) most likely asks for the same, and then add() leaves
+            # this thread be.
+            interval = self._waiting = self._interval_locked() or self._waiting
+        now = self._clock()
+        if interval is not None:
+            self._due = now + interval if self._due is None else min(self._due, now + interval)
+        wait = None if self._due is None else max(0.0, self._due - now)
+        if self._wait(self._wake, wait) or self._stopping.is_set():
+            return None
+        self._due = None
+        return self.renew_now()
+
     def _run(self) -> None:
         while not self._stopping.is_set():
-            self._wake.clear()
-            with self._mutex:
-                # With nothing held, keep the last interval (add() notes it): the next lease
-                # (a worker's next task) most likely asks for the same, and then add() leaves
-                # this thread be.
-                interval = self._waiting = self._interval_locked() or self._waiting
-            # Woken early by add() when a shorter interval arrives, or by stop().
-            if self._wake.wait(interval) or self._stopping.is_set():
-                continue
-            self.renew_now()
+            self.step()
 
     def _start(self) -> None:
         with self._mutex:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 import redis
@@ -13,17 +12,7 @@ from celery_redislock.contrib.testing import RedisServer, counting_client
 from celery_redislock.engine import AcquireStatus, Lease, LockEngine
 from celery_redislock.engine.scripts import RENEW_CHUNK
 
-from .helpers import script_calls
-
-
-def poll(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    """True as soon as ``condition()`` is; False if the deadline passes first."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.005)
-    return condition()
+from .helpers import poll, script_calls
 
 
 @pytest.fixture

@@ -293,3 +293,57 @@ def test_importing_the_engine_loads_no_celery() -> None:
     assert not celery_modules, (
         f"import {PACKAGE}.engine loaded Celery ({celery_modules}) with these package modules: {ours}"
     )
+
+
+def calls_of(attribute: str) -> Iterator[tuple[str, ast.Call]]:
+    """``(module, call)`` for every call of a function or method named ``attribute``."""
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                if name == attribute:
+                    yield module, node
+
+
+def test_every_logger_is_named_by_its_module() -> None:
+    loggers = list(calls_of("getLogger"))
+    assert loggers, "the reader found no logger"
+    misnamed = [
+        f"{MODULES[module].relative_to(ROOT.parent)}:{call.lineno}"
+        for module, call in loggers
+        if not (len(call.args) == 1 and isinstance(call.args[0], ast.Name) and call.args[0].id == "__name__")
+    ]
+    assert not misnamed, "loggers not named getLogger(__name__):\n  " + "\n  ".join(misnamed)
+
+
+def test_seconds_become_milliseconds_in_one_place() -> None:
+    # engine.timing.to_ms: one rounding rule and floor, where copies rounded, truncated or ceiled.
+    def times_1000(node: ast.AST) -> bool:
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)):
+            return False
+        return any(
+            isinstance(side, ast.Constant) and side.value in (1000, 1e3) for side in (node.left, node.right)
+        )
+
+    found = [
+        f"{MODULES[module].relative_to(ROOT.parent)}:{node.lineno}"
+        for module, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if times_1000(node)
+    ]
+    assert len(found) == 1 and found[0].startswith("celery_redislock/engine/timing.py:"), (
+        "seconds converted to milliseconds outside engine.timing.to_ms:\n  " + "\n  ".join(found)
+    )
+
+
+def test_lua_is_read_and_registered_by_the_engine_alone() -> None:
+    # One loader (engine.script_runner.package_script) and the engine's clients register
+    # scripts; a mode hands its source to the engine's ScriptRunner.
+    outside = [
+        f"{MODULES[module].relative_to(ROOT.parent)}:{call.lineno} {name}"
+        for name in ("register_script", "files", "eval", "evalsha", "script_load")
+        for module, call in calls_of(name)
+        if unit(module) != "engine"
+    ]
+    assert not outside, "Lua read or run outside the engine:\n  " + "\n  ".join(outside)

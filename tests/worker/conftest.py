@@ -34,6 +34,27 @@ visibility_redelivery = pytest.mark.redis_broker(
     "redelivery of an unacknowledged message after the Redis transport's visibility_timeout"
 )
 
+#: Seconds a message may stay unacknowledged before the Redis transport gives it out again.
+VISIBILITY_TIMEOUT = 1
+
+
+def restore_visible(app: Celery) -> None:
+    """Give out again every message unacknowledged for longer than the visibility timeout: what
+    kombu's Redis transport does in every consumer, every ``unacked_restore_interval``."""
+    with app.connection_for_write() as conn:
+        conn.default_channel.qos.restore_visible(num=100, interval=1)
+
+
+def wait_redelivered(client: Celery, proc: WorkerProcess, message: str) -> None:
+    """Give out unacknowledged messages again until ``message`` is in ``proc``'s log: polled,
+    as a message becomes visible again once it has been unacknowledged long enough."""
+
+    def redelivered() -> bool:
+        restore_visible(client)
+        return message in proc.log()
+
+    assert poll(redelivered, 20, interval=0.2), proc.log()
+
 
 def lock_keys(client: redis.Redis) -> list[bytes]:
     return sorted(client.scan_iter("redislock:*"))

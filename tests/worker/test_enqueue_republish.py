@@ -24,15 +24,16 @@ from celery_redislock import DuplicateTaskError, SingletonTask
 from celery_redislock.engine.keys import release_channel
 
 from .conftest import (
+    VISIBILITY_TIMEOUT,
     WorkerProcess,
     lock_keys,
     open_gate,
     poll,
+    restore_visible,
     visibility_redelivery,
     wait_started,
     worker_module,
 )
-from .test_faults import restore_visible
 
 TASKS = """
 from datetime import datetime, timedelta, timezone
@@ -92,10 +93,10 @@ def collect(values):
 #: A second worker that shares the first one's node name, as a container on another host does:
 #: the first worker's processes live in a PID namespace it cannot see (their pids, listed by the
 #: test on hidden-pids, do not exist for it).
-LATE = """
+LATE = f"""
 import os as _os
 
-app.conf.broker_transport_options = {"visibility_timeout": 1}
+app.conf.broker_transport_options = {{"visibility_timeout": {VISIBILITY_TIMEOUT}}}
 _kill = _os.kill
 _hide = bool(_os.environ.get("REP_HIDE_PIDS"))
 
@@ -171,12 +172,18 @@ def test_a_copy_requeued_while_a_dead_worker_holds_its_lock_runs_once_the_lock_e
     key, holder, _ = only_lock(locks)
     assert holder == f"{result.id}@queued"
     # A worker on another host took it over and died there: its lock outlives it by the TTL.
-    locks.set(key, f"{result.id}@celery@deadhost:4242:1", px=3000)
+    # No TTL until the copy has come to the worker, whose start may take longer than the TTL on
+    # a busy machine: the copy would find the lock gone and run at once.
+    dead = f"{result.id}@celery@deadhost:4242:1"
+    locks.set(key, dead)
     proc = start("-c", "1")
+    requeued = f"Re-queued redelivered rep.short[{result.id}]"
+    assert poll(lambda: requeued in proc.log(), 15), proc.log()
+    assert locks.get(key) == dead.encode()
+    locks.pexpire(key, 1000)  # the copy, re-queued meanwhile, runs once it expires
 
     assert result.get(timeout=30) == "ran d"
     log = proc.log()
-    assert f"Re-queued redelivered rep.short[{result.id}]" in log, log
     assert "Not sending duplicate" not in log
     assert poll(lambda: lock_keys(locks) == [], 5)
 
@@ -422,7 +429,7 @@ def test_a_worker_sharing_a_node_name_does_not_take_over_a_live_holder_it_cannot
 ) -> None:
     source = worker_module(urls, "rep", TASKS + LATE)
     one = worker_process(source, "-c", "1", "-n", "shared@node")
-    caller = make_app(broker_transport_options={"visibility_timeout": 1})
+    caller = make_app(broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT})
     result = caller.send_task("rep.late", args=["n"])
     [(child, task_id)] = wait_started(coord, "n")
     coord.sadd("hidden-pids", one.pid, child)

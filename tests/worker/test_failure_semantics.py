@@ -25,16 +25,18 @@ from celery_redislock.integration.runtime import runtime_for
 from celery_redislock.ops.stats import counters
 
 from .conftest import (
+    VISIBILITY_TIMEOUT,
     WorkerProcess,
     lock_keys,
     open_gate,
     poll,
+    restore_visible,
     stats_of,
     visibility_redelivery,
+    wait_redelivered,
     wait_started,
     worker_module,
 )
-from .test_faults import VISIBILITY_TIMEOUT, restore_visible, wait_redelivered
 
 TASK_LOG = "celery_redislock"  # every module logs under its own name below it
 

@@ -18,12 +18,15 @@ from celery_redislock import DuplicateTaskError
 from celery_redislock.contrib.testing import RedisServer
 
 from .conftest import (
+    VISIBILITY_TIMEOUT,
     WorkerProcess,
     lock_keys,
     open_gate,
     poll,
+    restore_visible,
     stats_of,
     visibility_redelivery,
+    wait_redelivered,
     wait_started,
     worker_module,
 )
@@ -100,9 +103,6 @@ def test_redis_that_is_broker_and_lock_store_down_when_a_task_starts_loses_nothi
     locks.close()
 
 
-#: Seconds a message may stay unacknowledged before the Redis transport gives it out again.
-VISIBILITY_TIMEOUT = 1
-
 LATE = f"""
 app.conf.broker_transport_options = {{"visibility_timeout": {VISIBILITY_TIMEOUT}}}
 
@@ -117,24 +117,6 @@ def late(self, tag):
 def late_slots(self, tag):
     return hold(self, tag)
 """
-
-
-def restore_visible(app: Celery) -> None:
-    """Give out again every message unacknowledged for longer than the visibility timeout: what
-    kombu's Redis transport does in every consumer, every ``unacked_restore_interval``."""
-    with app.connection_for_write() as conn:
-        conn.default_channel.qos.restore_visible(num=100, interval=1)
-
-
-def wait_redelivered(client: Celery, proc: WorkerProcess, message: str) -> None:
-    """Give out unacknowledged messages again until ``message`` is in ``proc``'s log: polled,
-    as a message becomes visible again once it has been unacknowledged long enough."""
-
-    def redelivered() -> bool:
-        restore_visible(client)
-        return message in proc.log()
-
-    assert poll(redelivered, 20, interval=0.2), proc.log()
 
 
 @visibility_redelivery
@@ -225,14 +207,22 @@ def test_a_message_redelivered_after_its_worker_was_killed_runs_on_another_worke
     result = client.send_task("faults.late", args=["k"])
     [(child, task_id)] = wait_started(coord, "k")
     [key] = lock_keys(locks)
+    # The dead worker's lock is kept from expiring until the copy has come to the other worker:
+    # that worker's start can take longer than the lock's 3 s on a busy machine, and the copy
+    # would then find it gone and run at once. Persisted before the kill and again after it, in
+    # case a last renewal came in between.
+    holder = locks.get(key)
+    locks.persist(key)
     for pid in [first.pid, child]:
         os.kill(pid, signal.SIGKILL)
     first.process.wait(10)
+    assert locks.persist(key) or locks.pttl(key) == -1
     second = worker_process(source, "-c", "1", "-n", "second@test")
 
     wait_redelivered(client, second, f"Re-queued redelivered faults.late[{task_id}]")
+    assert locks.get(key) == holder  # the dead worker's, neither taken over nor deleted
     open_gate(coord, "k")
-    # Runs once the dead worker's lock has expired (lock_timeout 3 s).
+    locks.pexpire(key, 1000)  # the copy, re-queued meanwhile, runs once the dead worker's lock expires
     assert result.get(timeout=30) == "done k"
     started = wait_started(coord, "k", count=2)
     assert [tid for _, tid in started] == [task_id, task_id]

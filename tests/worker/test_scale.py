@@ -21,6 +21,9 @@ from celery_redislock.integration.runtime import runtime_for
 from .conftest import open_gate, poll, wait_started, worker_module
 
 LOCK_TIMEOUT = 1.0
+#: How long a held lock is watched: twice its TTL, so it lives only if renewed (the renewal's
+#: schedule itself is tests/unit/test_renewal_logic.py's).
+WATCHED = 2 * LOCK_TIMEOUT
 
 # The worker side: `hold` (from the preamble) blocks the body until the test opens its gate.
 TASKS = """
@@ -100,7 +103,7 @@ def skip_hold_release(
 
 def renewed_past_ttl(app: Celery) -> Callable[[str, str], None]:
     engine = runtime_for(app).engine
-    return lambda key, holder: held_throughout(engine, key, holder, 3 * LOCK_TIMEOUT)
+    return lambda key, holder: held_throughout(engine, key, holder, WATCHED)
 
 
 # -- pools ------------------------------------------------------------------------------------
@@ -115,7 +118,7 @@ def test_core_behaviour_on_every_pool(
     app = make_app()
 
     def check(key: str, holder: str) -> None:
-        held_throughout(runtime_for(app).engine, key, holder, 3 * LOCK_TIMEOUT)
+        held_throughout(runtime_for(app).engine, key, holder, WATCHED)
         if pool in ("threads", "gevent"):  # the probe runs in the process holding the lock
             same_os_thread = app.send_task("scale.renewal_in_this_os_thread").get(timeout=30)
             assert same_os_thread is (pool == "gevent")
@@ -143,7 +146,7 @@ def test_sentinel_core_behaviour_and_a_failover_mid_task(
             # Replicated before the switch, or gone (the old master took writes until the
             # Sentinels converted it) and taken back by the holder's next renewal.
             assert poll(lambda: master.get(key) == holder.encode(), timeout=15)
-        held_throughout(engine, key, holder, 3 * LOCK_TIMEOUT)  # renewal reaches the new master
+        held_throughout(engine, key, holder, WATCHED)  # renewal reaches the new master
 
     skip_hold_release(app, coord, "sentinel-failover", fail_over)
 
@@ -167,6 +170,6 @@ def test_cluster_core_behaviour_and_a_failover_mid_task(
         assert cluster.node_for(key).port == new.port
         with new.client() as primary:
             assert poll(lambda: primary.get(key) == holder.encode(), timeout=10)
-        held_throughout(engine, key, holder, 3 * LOCK_TIMEOUT)  # renewal reaches the new primary
+        held_throughout(engine, key, holder, WATCHED)  # renewal reaches the new primary
 
     skip_hold_release(app, coord, "cluster-failover", fail_over)
