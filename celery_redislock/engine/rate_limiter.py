@@ -27,6 +27,7 @@ from .checks import BadValue, check_argument
 from .leases import Client
 from .rates import Rate, parse_rate
 from .script_runner import ScriptRunner, package_script
+from .timing import to_ms
 
 __all__ = [
     "RATE_LIMIT",
@@ -73,7 +74,7 @@ def decide(
 
     ``reserve``: a caller that must wait keeps the next free slot (if it is at most
     ``max_wait`` seconds away), and is granted it when it asks again then with the same id."""
-    most = "0" if max_wait is None else str(max(1, round(max_wait * 1000)))
+    most = "0" if max_wait is None else str(to_ms(max_wait))
     args = [str(rate.limit), str(rate.period_ms), caller, "1" if reserve else "0", most]
     status, wait_ms = scripts.run(RATE_LIMIT, [key], args)
     if int(status) == 0:

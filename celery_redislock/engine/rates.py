@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .checks import BadValue, got
+from .timing import to_ms
 
 __all__ = ["Rate", "optional_rate", "parse_rate", "rate_of"]
 
@@ -26,7 +27,7 @@ class Rate:
 
     @property
     def period_ms(self) -> int:
-        return self.period * 1000
+        return to_ms(self.period)
 
     def __str__(self) -> str:
         unit = next(unit for unit, seconds in _PERIODS.items() if seconds == self.period)

@@ -27,6 +27,7 @@ from ..engine.counting import count
 from ..engine.keys import slot_key
 from ..engine.rate_limiter import cancel_reservation, decide
 from ..engine.rates import Rate, optional_rate, rate_of
+from ..engine.timing import to_ms
 from ..integration.acquisition import Execution
 from ..integration.outcomes import requeue
 from ..integration.runtime import run_function
@@ -151,7 +152,7 @@ def postpone(task: AnyTask, execution: Execution, key: str, rate: Rate, wait: fl
     request = task.request
     task_id = execution.task_id
     left_ms = expiry_ttl_ms(request.expires)
-    if left_ms is not None and left_ms < wait * 1000:
+    if left_ms is not None and left_ms < to_ms(wait, minimum=0):
         logger.warning(
             "Revoked rate-limited %s[%s]: it expires before its slot in %s (%s) comes, in %.3fs",
             task.name,
