@@ -94,7 +94,7 @@ def send(groups: list[Group], timeout: float = 60.0, into: list[Sent] | None = N
         item = Sent(group, [group.calls[0].apply_async()])
         sent.append(item)
         if group.wait_started:
-            _wait_taken(item.results[0], group.label, timeout)
+            _wait_taken(item.results[0], group.label, timeout, running=True)
         item.results += [call.apply_async() for call in group.calls[1:]]
         if group.wait_started:
             for result in item.results[1:]:
@@ -102,11 +102,14 @@ def send(groups: list[Group], timeout: float = 60.0, into: list[Sent] | None = N
     return sent
 
 
-def _wait_taken(result: AsyncResult[Any], label: str, timeout: float) -> None:
+def _wait_taken(result: AsyncResult[Any], label: str, timeout: float, running: bool = False) -> None:
     # PENDING until a worker process takes it: then STARTED (task_track_started in
-    # celeryconfig), RETRY, SUCCESS or FAILURE.
+    # celeryconfig), RETRY, SUCCESS or FAILURE. ``running``: until its body runs (RUNNING, set by
+    # the body) or it has ended: STARTED comes before the lock is taken, and keep_latest would
+    # count a duplicate sent then as newer than a first call that has not taken its lock yet.
+    waiting = ("PENDING", "STARTED") if running else ("PENDING",)
     deadline = time.monotonic() + timeout
-    while result.state == "PENDING":
+    while result.state in waiting:
         if time.monotonic() > deadline:
             raise Pending(f"{label} [{result.id}] was not taken by a worker within {timeout:.0f}s")
         time.sleep(0.05)  # polling the result backend, bounded by the deadline

@@ -10,6 +10,8 @@ import os
 import time
 from typing import Any
 
+from celery import current_task
+
 from celery_redislock import SingletonTask
 
 from .app import app
@@ -20,6 +22,9 @@ WORK_SECONDS = 2.0
 
 def _work(name: str) -> dict[str, Any]:
     started = time.time()
+    # RUNNING: the body runs, so its lock is held (STARTED is stored before the lock is asked
+    # for): a caller waiting for it sends its duplicates only then.
+    current_task.update_state(state="RUNNING")
     time.sleep(WORK_SECONDS)
     return {"task": name, "pid": os.getpid(), "started": started, "finished": time.time()}
 
