@@ -57,7 +57,7 @@ def with_celery(url: str) -> None:
         calls += [task.delay("globex", f"doc-{n}") for n in range(3)]
         results = [call.get(timeout=30) for call in calls]
         for call in calls:  # unsubscribed now, while the server is up
-            call.backend.remove_pending_result(call)
+            call.backend.remove_pending_result(call)  # type: ignore[attr-defined]  # the Redis backend's
     # So are the results of the re-queued calls (this process ran the worker too): Celery's
     # AsyncResult unsubscribes when it is collected, which fails loudly once Redis is gone.
     gc.collect()
