@@ -1,4 +1,4 @@
-"""The modes (README, "Which call runs"), one module each, registered with the Celery glue
+"""The modes (docs/user-guide/modes.md), one module each, registered with the Celery glue
 (``integration.mode``) as this package is imported: the order is the order their combination
 rules are asked in. A new mode is one module here, its Lua in ``lua/``, and one line below; a gate
 (the rate limit) registers the same way."""

@@ -29,7 +29,7 @@ COUNTER_NAMES = (
     # apply_async calls refused by a lock taken at enqueue (lock_on="enqueue"): counted in the
     # sending process, so a worker reports those its own tasks sent.
     "refused_at_send",
-    # The dedup modes (README, "Which call runs"): calls refused inside a throttle's window (in
+    # The dedup modes (docs/user-guide/modes.md): calls refused inside a throttle's window (in
     # the worker or at send), pending keep_latest calls replaced by a later one, debounced calls
     # superseded by a later call of their burst, and burst's latest calls lost when a
     # max_retries the task sets ran out behind a running call.
