@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from ..errors import OptionError, short_repr
 
@@ -18,8 +18,11 @@ __all__ = [
     "non_negative_seconds",
     "number_text",
     "optional_seconds",
+    "or_none",
     "positive_seconds",
 ]
+
+T = TypeVar("T")
 
 
 class BadValue(Exception):
@@ -63,14 +66,22 @@ positive_seconds = _seconds("> 0", zero_ok=False)
 non_negative_seconds = _seconds(">= 0", zero_ok=True)
 
 
-def optional_seconds(value: Any) -> float | None:
-    """None (not set), or seconds > 0 as a float."""
-    if value is None:
-        return None
-    try:
-        return positive_seconds(value)
-    except BadValue as bad:
-        raise BadValue(str(bad).replace("must be", "must be None or", 1)) from None
+def or_none(check: Callable[[Any], T]) -> Callable[[Any], T | None]:
+    """``check`` that also takes None (not set), its errors saying so."""
+
+    def checked(value: Any) -> T | None:
+        if value is None:
+            return None
+        try:
+            return check(value)
+        except BadValue as bad:
+            raise BadValue(str(bad).replace("must be", "must be None or", 1)) from None
+
+    return checked
+
+
+#: None (not set), or seconds > 0 as a float.
+optional_seconds = or_none(positive_seconds)
 
 
 def check_flag(value: Any) -> bool:

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .checks import BadValue, got
+from .checks import BadValue, got, or_none
 from .timing import to_ms
 
 __all__ = ["Rate", "optional_rate", "parse_rate", "rate_of"]
@@ -57,12 +57,10 @@ def parse_rate(value: Any) -> Rate:
     return Rate(limit, _PERIODS[match.group(2)])
 
 
-def optional_rate(value: Any) -> str | None:
-    """None (no limit), or a rate as :func:`parse_rate` reads it, in its plain form (``"10/s"``:
-    an option's value stays what users write; :func:`rate_of` reads it)."""
-    if value is None:
-        return None
-    try:
-        return str(parse_rate(value))
-    except BadValue as bad:
-        raise BadValue(str(bad).replace("must be", "must be None or", 1)) from None
+def _plain_rate(value: Any) -> str:
+    return str(parse_rate(value))
+
+
+#: None (no limit), or a rate as :func:`parse_rate` reads it, in its plain form (``"10/s"``: an
+#: option's value stays what users write; :func:`rate_of` reads it).
+optional_rate = or_none(_plain_rate)
