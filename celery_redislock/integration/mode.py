@@ -88,8 +88,7 @@ class Mode(Protocol):
 
 class Gate(Protocol):
     """A check that composes with whatever mode a plan has (a rate limit): ``admit`` is asked
-    in the worker before the mode's ``before_acquire``, ``after_release`` when the run's key
-    has been released."""
+    in the worker before the mode's ``before_acquire``."""
 
     name: ClassVar[str]
     #: The options the gate owns (``config.schema``): registering the gate registers them.
@@ -103,9 +102,6 @@ class Gate(Protocol):
 
     def admit(self, task: Any, execution: Any) -> None:
         """Let the call go on, or end it here by raising (e.g. re-published for later)."""
-
-    def after_release(self, held: Any) -> None:
-        """The run ended and its key was released."""
 
 
 @dataclass(frozen=True)

@@ -135,8 +135,6 @@ class SingletonTask(_TaskBase):
             return self.run(*args, **kwargs)
         finally:
             self._release_held(request=request)
-            for gate in plan.gates:
-                gate.after_release(outcome)
 
     def _release_held(self, hand_to: tuple[str, int] | None = None, request: Any = None) -> None:
         """Release the execution's lock, or hand it (``(holder id, TTL ms)``) to the next run

@@ -125,9 +125,6 @@ class RateLimitGate:
                 postpone(task, execution, key, rate, decision.wait)
             time.sleep(decision.wait)
 
-    def after_release(self, held: Any) -> None:
-        return None
-
     def partition(self, task: AnyTask, execution: Execution) -> str:
         """The Redis key of the log of the running call's partition."""
         request = task.request

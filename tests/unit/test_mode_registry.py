@@ -55,8 +55,6 @@ SCRIPT = textwrap.dedent(
 
         def admit(self, task: Any, execution: Any) -> None: ...
 
-        def after_release(self, held: Any) -> None: ...
-
     register(StampMode())
     register_gate(AuditGate())
     assert {"stamp", "audited"} <= option_names()
