@@ -147,7 +147,8 @@ def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
     return check
 
 
-def _check_lock_key(value: Any) -> LockKey:
+def check_lock_key(value: Any) -> LockKey:
+    """``lock_key``'s forms, checked: also the check of a mode's option that takes them."""
     what = "must be None, a list of argument names or a callable (task, args, kwargs) -> str"
     if value is None:
         return None
@@ -172,10 +173,6 @@ def _check_lock_key(value: Any) -> LockKey:
     raise BadValue(f"{what}, {got(value, wrong_type=True)}")
 
 
-#: The check of an option taking ``lock_key``'s forms (a mode's or gate's own key option).
-check_lock_key = _check_lock_key
-
-
 def _spec(name: str, check: Callable[[Any], Any], kind: str, doc: str) -> OptionSpec:
     return OptionSpec(name, LockOptions.__dataclass_fields__[name].default, check, doc, kind, LOCK)
 
@@ -191,7 +188,7 @@ add_options(
         ),
         _spec(
             "lock_key",
-            _check_lock_key,
+            check_lock_key,
             "list[str] | callable | None",
             "What the key is made of: None (every argument), a list of argument names (``[]``: one "
             "run of the task at a time, whatever its arguments), or ``(task, args, kwargs) -> str``.",
