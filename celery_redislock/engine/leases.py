@@ -108,6 +108,8 @@ class LeaseEngine(Protocol):
 
     def release_holder_prefix(self, key: str, prefix: str, *, notify: str | None = None) -> bool: ...
 
+    def holders(self, key: str) -> tuple[str, ...]: ...
+
 
 @dataclass(frozen=True)
 class SemaphoreLease(Lease):

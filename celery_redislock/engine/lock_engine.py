@@ -142,6 +142,12 @@ class LockEngine(BatchRenewal):
         value = self.client.get(key)
         return None if value is None else as_text(value)
 
+    def holders(self, key: str) -> tuple[str, ...]:
+        """The id holding ``key`` now, if any: what a release by holder prefix may then match
+        (the delete itself compares on the server)."""
+        holder = self.holder_of(key)
+        return () if holder is None else (holder,)
+
     def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
         calls = []
         for chunk in chunks(batch):

@@ -108,6 +108,12 @@ class SemaphoreEngine(BatchRenewal):
         """The semaphore at ``key`` now, or None when ``key`` holds something else (a lock)."""
         return self.states([key])[0]
 
+    def holders(self, key: str) -> tuple[str, ...]:
+        """The ids holding slots of ``key`` now: what a release by holder prefix may then match
+        (the removal itself compares on the server)."""
+        state = self.state(key)
+        return () if state is None else tuple(holder for holder, _ in state.holders)
+
     def states(self, keys: Sequence[str]) -> list[SemaphoreState | None]:
         """:meth:`state` of each key, in one round trip (a pipeline)."""
         pipe = self.client.pipeline(transaction=False)

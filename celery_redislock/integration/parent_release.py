@@ -1,5 +1,7 @@
 """Freeing, from the worker's parent, the lock a pool child held for a request it can no longer
-release itself: the child died, was terminated or was killed at its hard time limit."""
+release itself: the child died, was terminated or was killed at its hard time limit. Only that
+child's: two deliveries of one message (a copy redelivered after the broker's visibility
+timeout) can hold the same task id's lock in two children, one of them alive."""
 
 from __future__ import annotations
 
@@ -8,8 +10,8 @@ from typing import Any
 
 from ..config.arguments import KEY_HEADER
 from ..engine.counting import count
-from ..engine.holders import holder_prefix
-from ..engine.leases import REDIS_ERRORS
+from ..engine.holders import holder_prefix, local_pid, process_alive
+from ..engine.leases import REDIS_ERRORS, LeaseEngine
 from .queues import QUEUE_FIELD
 from .runtime import runtime_for
 from .task import SingletonTask
@@ -30,19 +32,25 @@ def lock_key(task: SingletonTask, context: Any) -> str:
 
 
 def release_for(task: SingletonTask, context: Any, why: str, pid: int | None = None) -> bool:
-    """Free the lock (or semaphore slot) a child held for ``context`` (its request): any holder
-    of its task id on this worker instance, or, given ``pid``, only that process's. True when
-    something was freed."""
+    """Free the lock (or semaphore slot) a pool process held for ``context`` (its request) and
+    can no longer release itself. Given ``pid`` (the process Celery says died, or that the pool
+    is ending), only the holders of that process; without, only those of this task id on this
+    worker instance whose process no longer runs: another delivery of the same message may hold
+    it in a live process. True when something was freed."""
     try:
         runtime = runtime_for(task.app)
         plan = runtime.plan(task, getattr(context, QUEUE_FIELD, None))
         key = lock_key(task, context)
-        prefix = holder_prefix(str(context.id), context.hostname, pid)
+        task_id = str(context.id)
         engine = runtime.engine_for(plan.options)  # a lock, or a semaphore's slots
-        if engine.release_holder_prefix(key, prefix, notify=runtime.release_channel(key)):
-            count("released")
-            logger.info("Released lock %s of %s[%s]: %s", key, task.name, context.id, why)
-            return True
+        freed = False
+        for dead, reason in _processes(engine, key, task_id, context.hostname, pid, why):
+            prefix = holder_prefix(task_id, context.hostname, dead)
+            if engine.release_holder_prefix(key, prefix, notify=runtime.release_channel(key)):
+                count("released")
+                logger.info("Released lock %s of %s[%s]: %s", key, task.name, context.id, reason)
+                freed = True
+        return freed
     except REDIS_ERRORS as exc:
         count("redis_errors")
         logger.warning(
@@ -55,3 +63,18 @@ def release_for(task: SingletonTask, context: Any, why: str, pid: int | None = N
     except Exception:  # a signal handler must not break the worker's failure handling
         logger.exception("Could not release the lock of %s[%s] (%s)", task.name, context.id, why)
     return False
+
+
+def _processes(
+    engine: LeaseEngine, key: str, task_id: str, hostname: str | None, pid: int | None, why: str
+) -> list[tuple[int, str]]:
+    """The processes whose holders of ``task_id`` to free, each with what the log says of it:
+    ``pid``, or those of the current holders that no longer run (read, then each freed by a
+    compare on the server, so a holder taken meanwhile by a live process is never matched)."""
+    if pid is not None:
+        return [(pid, why)]
+    pids = {local_pid(holder, task_id, hostname) for holder in engine.holders(key)}
+    return [
+        (dead, f"{why} (pid {dead})")
+        for dead in sorted(p for p in pids if p is not None and not process_alive(p))
+    ]

@@ -23,6 +23,7 @@ from ..engine.leases import REDIS_ERRORS
 from ..engine.renewal import get_renewer
 from .bootstep import SettingsCheck
 from .child_exit import ChildExitRelease
+from .hard_limit import HardLimitKill, killed_at_hard_limit
 from .parent_release import release_for
 from .queues import QUEUE_FIELD, consumed_queue
 from .runtime import runtime_for
@@ -34,24 +35,38 @@ logger = logging.getLogger(__name__)
 
 
 class _Received:
-    """The requests this worker has received and still holds, by task id, and its node name:
-    the hard time limit's task_failure comes without the request, whose headers may carry the
-    key, and the release needs the node the holder id names."""
+    """The requests this worker has received and still holds, every delivery (two of one task
+    id can run at once in two children), and its node name: the failure and revocation signals
+    come without the request (the hard time limit's without even its context), whose headers
+    may carry the key and whose ``worker_pid`` says which child ran it, and the release needs
+    the node the holder id names."""
 
     def __init__(self) -> None:
-        self.requests: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+        self.requests: weakref.WeakSet[Any] = weakref.WeakSet()
         self.node: str | None = None
 
     def add(self, request: Any) -> None:
-        self.requests[request.id] = request
+        self.requests.add(request)
         self.node = request.hostname
+
+    def deliveries(self, task_id: Any) -> list[Any]:
+        return [request for request in list(self.requests) if request.id == str(task_id)]
 
     def context(self, task_id: Any, args: Any, kwargs: Any) -> Any:
         """The context of request ``task_id``, or what a release needs of it when it is gone."""
-        request = self.requests.get(str(task_id))
-        if request is not None:
+        for request in self.deliveries(task_id):
             return Context(request.request_dict)
         return SimpleNamespace(id=task_id, hostname=self.node, args=args, kwargs=kwargs)
+
+    def pid_of(self, context: Any) -> int | None:
+        """The pool process that ran the delivery ``context`` is of: Celery sends a request's
+        own context (cached on it) with ``task_revoked`` and as the ``task_failure`` sender's
+        request; None when no delivery held here has it."""
+        for request in self.deliveries(getattr(context, "id", None)):
+            if vars(request).get("_context") is context:
+                pid = request.worker_pid
+                return pid if isinstance(pid, int) else None
+        return None
 
 
 _received = _Received()
@@ -91,11 +106,14 @@ def _release_dead_child(
     if not isinstance(sender, SingletonTask):
         return
     if isinstance(exception, WorkerLostError):
-        release_for(sender, sender.request, "its worker process died")
+        context = sender.request
+        release_for(sender, context, "its worker process died", _received.pid_of(context))
     elif isinstance(exception, TimeLimitExceeded):
-        # Celery sends this one without the request's context: find the request by its id.
+        # Celery sends this one without the request's context: find the request by its id. The
+        # pool kills the process as the signal returns; only the hook names it (else release_for
+        # frees only holders whose process is gone, which this one is not yet).
         context = _received.context(task_id, args, kwargs)
-        release_for(sender, context, "it was killed at its hard time limit")
+        release_for(sender, context, "it was killed at its hard time limit", killed_at_hard_limit())
 
 
 @signals.task_revoked.connect(weak=False)
@@ -103,7 +121,7 @@ def _release_terminated(sender: Any = None, request: Any = None, terminated: boo
     if not isinstance(sender, SingletonTask) or request is None:
         return
     if terminated:
-        release_for(sender, request, "it was revoked and terminated")
+        release_for(sender, request, "it was revoked and terminated", _received.pid_of(request))
     else:
         _release_discarded(sender, request)
 
@@ -138,10 +156,11 @@ def _add_worker_steps(sender: Any = None, **_: Any) -> None:
     # Bad redislock_* settings must stop the worker before it consumes anything, but what a
     # signal receiver raises is swallowed: add the bootstep that checks them instead. The
     # worker sends worker_init just before it builds its blueprint from app.steps["worker"].
-    # And the one that frees a prefork child's locks as the child exits.
+    # And those that let the parent free a prefork child's locks as the child exits, and name
+    # the process the pool kills at a hard time limit.
     app: Celery | None = getattr(sender, "app", None)
     if app is not None:
-        app.steps["worker"].update((SettingsCheck, ChildExitRelease))
+        app.steps["worker"].update((SettingsCheck, ChildExitRelease, HardLimitKill))
 
 
 @signals.worker_process_shutdown.connect(weak=False)
@@ -169,7 +188,7 @@ def _release_after_cold_shutdown(how: str | None = None, **_: Any) -> None:
     from celery.worker import state
 
     busy = [
-        (r.task, Context(r.request_dict))
+        (r.task, Context(r.request_dict), r.worker_pid)
         for r in list(state.active_requests)
         if isinstance(r.task, SingletonTask)
     ]
@@ -177,6 +196,7 @@ def _release_after_cold_shutdown(how: str | None = None, **_: Any) -> None:
         atexit.register(_release_requests, busy)
 
 
-def _release_requests(busy: list[tuple[SingletonTask, Any]]) -> None:
-    for task, context in busy:
-        release_for(task, context, "the worker was shut down cold")
+def _release_requests(busy: list[tuple[SingletonTask, Any, int | None]]) -> None:
+    # At exit, after the pool terminated its processes: each request's process is gone.
+    for task, context, pid in busy:
+        release_for(task, context, "the worker was shut down cold", pid)

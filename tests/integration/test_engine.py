@@ -103,6 +103,12 @@ def test_release_by_holder_prefix_frees_a_dead_process_lock_only(
     assert redislock_redis.exists("lock:p") == 0
 
 
+def test_holders_names_the_one_holder_of_a_lock(engine: LockEngine) -> None:
+    assert engine.holders("lock:h") == ()
+    engine.acquire("lock:h", "task-1@host:4242:7", 10_000)
+    assert engine.holders("lock:h") == ("task-1@host:4242:7",)
+
+
 def test_release_publishes_the_key_for_waiters(engine: LockEngine, redislock_redis: redis.Redis) -> None:
     pubsub = redislock_redis.pubsub(ignore_subscribe_messages=True)
     pubsub.subscribe("released")

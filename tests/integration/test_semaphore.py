@@ -276,6 +276,13 @@ def test_release_by_prefix_frees_a_dead_process_slots_only(engine: SemaphoreEngi
     assert not engine.release_holder_prefix("pre", "task9@")
 
 
+def test_holders_names_every_live_slot_holder(engine: SemaphoreEngine) -> None:
+    assert engine.holders("hs") == ()
+    for holder in ("task1@node:11:1", "task1@node:12:1"):
+        engine.acquire("hs", holder, 3, 30_000)
+    assert engine.holders("hs") == ("task1@node:11:1", "task1@node:12:1")
+
+
 def test_a_sibling_holding_a_slot_refuses_another_delivery_of_its_task(engine: SemaphoreEngine) -> None:
     assert engine.acquire("sib", "other@a:1:1", 3, 30_000, siblings="task1@").acquired
     assert engine.acquire("sib", "task1@a:1:1", 3, 30_000, siblings="task1@").acquired

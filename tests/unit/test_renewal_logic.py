@@ -84,6 +84,9 @@ class FakeEngine:
     def release_holder_prefix(self, key: str, prefix: str, *, notify: str | None = None) -> bool:
         raise AssertionError("the schedule releases nothing")
 
+    def holders(self, key: str) -> tuple[str, ...]:
+        raise AssertionError("the schedule reads no holders")
+
     def renewed_at(self, key: str) -> list[float]:
         return [when for when, keys in self.calls if key in keys]
 
