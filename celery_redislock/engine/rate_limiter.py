@@ -151,8 +151,9 @@ def rate_state(scripts: ScriptRunner, key: str, rate: Rate) -> RateState | None:
 
 class RedisRateLimiter:
     """At most ``rate`` starts (``"10/s"``, ``"100/m"``, ``"1000/h"``) of ``name``, across every
-    process that uses the same Redis: a sliding-window log in one sorted set at
-    ``{prefix}:{name}`` (see the module's docstring for the algorithm and its memory).
+    process that uses the same Redis: a sliding-window log in a sorted set at
+    ``{prefix}:{name}``, two keys beside it in its cluster slot (see the module's docstring for
+    the algorithm and its memory).
 
     ``try_acquire()`` decides at once; ``acquire(timeout)`` waits for a slot it reserves, so
     callers are served in the order they asked.
