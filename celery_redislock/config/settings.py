@@ -12,6 +12,7 @@ from typing import Any
 from ..engine.checks import BadValue, got
 from ..errors import OptionError, RedisTLSError, RedisURLError, short_repr
 from .options import APP_CONFIGURATION, LockOptions, resolve, source_queue, source_task, validate
+from .postpone import max_postpone
 from .urls import (
     SSL_OPTION_NAMES,
     TRANSPORT_OPTION_DEFAULTS,
@@ -48,6 +49,8 @@ SETTING_DEFAULTS: dict[str, Any] = {
     # None: inherit the SSL options of the setting the URL came from (broker_url's
     # broker_use_ssl, result_backend's redis_backend_use_ssl).
     "redislock_use_ssl": None,
+    # None: half of what the broker holds an unacknowledged message for (config.postpone).
+    "redislock_max_postpone": None,
 }
 
 
@@ -65,6 +68,8 @@ class AppSettings:
     ssl_options: Mapping[str, Any] | None = None
     #: the setting ``ssl_options`` came from, or would have (named in TLS errors)
     ssl_source: str = "redislock_use_ssl"
+    #: seconds a postponed call waits in the broker at most at one hop (``config.postpone``)
+    max_postpone: float = 900.0
 
     @property
     def topology(self) -> Topology:
@@ -187,6 +192,7 @@ def read_settings(conf: Mapping[str, Any]) -> AppSettings:
         transport_options=MappingProxyType(transport),
         ssl_options=None if ssl_options is None else MappingProxyType(ssl_options),
         ssl_source=ssl_source,
+        max_postpone=max_postpone(conf),
     )
 
 

@@ -10,8 +10,11 @@ __all__ = [
     "fence_key",
     "format_key",
     "glob_escape",
+    "grant_member",
     "parse_key",
+    "rate_keys",
     "release_channel",
+    "reservation_member",
     "semaphore_keys",
     "slot_key",
     "slot_key_owner",
@@ -94,3 +97,21 @@ def fence_key(key: str) -> str:
 def glob_escape(text: str) -> str:
     """``text`` as a SCAN glob matching only itself (``*``, ``?``, ``[``, ``]``, ``\\`` escaped)."""
     return _GLOB_SPECIAL.sub(r"\\\1", text)
+
+
+def rate_keys(log: str) -> tuple[str, str, str]:
+    """The keys of the rate limiter whose log (every grant and reservation, scored by time) is
+    ``log``: the log, its reservations only (scored alike, so a window's starts are two ZCOUNTs)
+    and the hop tokens of the calls holding them, in ``log``'s cluster slot (:func:`slot_key`)."""
+    return log, slot_key(log, "reserved"), slot_key(log, "hops")
+
+
+def grant_member(caller: str, attempt: int = 0) -> str:
+    """The log's entry of a start granted to ``caller`` (a task id) at its ``attempt``-th try
+    (``request.retries``): one per attempt, so a second copy of one finds it."""
+    return f"g:{caller}:{attempt}"
+
+
+def reservation_member(caller: str) -> str:
+    """The log's entry of the slot reserved for ``caller``; the hop tokens' field is ``caller``."""
+    return f"r:{caller}"

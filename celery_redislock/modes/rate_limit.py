@@ -7,17 +7,25 @@ A call over the limit is not run and not dropped: it reserves the next free slot
 takes it) and is re-published for then (same task id and arguments, its ``request.retries``
 unchanged, not bounded by ``max_retries``), so its result still reaches the caller. A wait shorter
 than ``WAIT_IN_PROCESS`` is waited out in the worker instead: a re-published call is due
-``COME_BACK_EARLY`` before its slot and waits out the rest, so it starts on time.
+``COME_BACK_EARLY`` before its slot and waits out the rest, so it starts on time. A wait longer
+than the broker holds a message safely (``redislock_max_postpone``) is made of hops: the call
+comes back early and goes back again, keeping its reservation.
+
+Each re-published copy carries a fresh hop token (``HOP_HEADER``) and its partition's log
+(``LOG_HEADER``): a copy the broker gave out twice is told apart and dropped, and a copy revoked
+or expired in the worker gives its slot back (``give_back``, on ``task_revoked``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from celery.exceptions import Ignore
+from celery.signals import task_revoked
 
 from ..config.arguments import KeyBuilder
 from ..config.mode_rules import Clash
@@ -25,19 +33,29 @@ from ..config.options import LockOptions, check_lock_key
 from ..config.schema import OptionSpec
 from ..engine.counting import count
 from ..engine.keys import slot_key
-from ..engine.rate_limiter import cancel_reservation, decide
+from ..engine.leases import REDIS_ERRORS
+from ..engine.rate_limiter import RateDecision, cancel_reservation, confirm_hop, decide
 from ..engine.rates import Rate, optional_rate, rate_of
 from ..engine.timing import to_ms
 from ..integration.acquisition import Execution
-from ..integration.outcomes import requeue
-from ..integration.runtime import run_function
+from ..integration.outcomes import finished, requeue
+from ..integration.runtime import run_function, runtime_for
 from ..integration.sending import expiry_ttl_ms
 from ..signals import send_rate_limited
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
 
-__all__ = ["COME_BACK_EARLY", "GATE", "WAIT_IN_PROCESS", "RateLimitGate", "rate_key"]
+__all__ = [
+    "COME_BACK_EARLY",
+    "GATE",
+    "HOP_HEADER",
+    "LOG_HEADER",
+    "WAIT_IN_PROCESS",
+    "RateLimitGate",
+    "give_back",
+    "rate_key",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +65,11 @@ WAIT_IN_PROCESS = 0.2
 #: Seconds before its slot a re-published call is due: it waits out the rest in the worker and
 #: starts on time, where coming back late would delay every later slot of its chain.
 COME_BACK_EARLY = 0.03
+
+#: The message header naming a re-published copy of a postponed call (a fresh token each hop).
+HOP_HEADER = "redislock_hop"
+#: The message header carrying a re-published call's partition log, where its slot is reserved.
+LOG_HEADER = "redislock_rate_log"
 
 #: The suffix of a partition's log beside its key (``keys.slot_key``).
 RATE_SUFFIX = "rate"
@@ -111,18 +134,38 @@ class RateLimitGate:
         return None
 
     def admit(self, task: AnyTask, execution: Execution) -> None:
-        """Let the call start now, or re-publish it for its reserved slot (raises ``Ignore``).
-        Raises ``redis.RedisError`` when Redis is unreachable (``on_redis_error`` applies)."""
+        """Let the call start now, or re-publish it for its reserved slot (raises ``Ignore``), or
+        drop it when it is a second copy of a call (raises ``Ignore``). Raises
+        ``redis.RedisError`` when Redis is unreachable (``on_redis_error`` applies)."""
         rate = rate_of(execution.options.value("global_rate_limit"))
         key = self.partition(task, execution)
         scripts = execution.runtime.scripts
         request = task.request
+        token = vars(request).get(HOP_HEADER) or ""
         while True:
-            decision = decide(scripts, key, rate, execution.task_id, reserve=True)
+            hop = uuid.uuid4().hex
+            decision = decide(
+                scripts,
+                key,
+                rate,
+                execution.task_id,
+                reserve=True,
+                attempt=execution.retries,
+                token=token,
+                next_token=hop,
+            )
             if decision.allowed:
                 return
+            if decision.status == "started":
+                if finished(task):
+                    drop_copy(task, execution, key, "it has run already")
+                # Its run started and has no result: its process may have died mid-run. The
+                # lock decides (a live holder re-queues it), its start is not counted again.
+                return
+            if decision.status == "held":
+                drop_copy(task, execution, key, "another copy of it holds its slot")
             if decision.wait > WAIT_IN_PROCESS and not request.is_eager:  # eager: nothing to re-queue
-                postpone(task, execution, key, rate, decision.wait)
+                postpone(task, execution, key, rate, decision, token, hop)
             time.sleep(decision.wait)
 
     def partition(self, task: AnyTask, execution: Execution) -> str:
@@ -140,14 +183,18 @@ class RateLimitGate:
         return rate_key(builder.key(request.args or (), request.kwargs or {}, task))
 
 
-def postpone(task: AnyTask, execution: Execution, key: str, rate: Rate, wait: float) -> NoReturn:
-    """Re-publish the running call to start in ``wait`` seconds (its slot is reserved), counted
-    ``rate_limited``; or, when its message expires before then, give its slot back and end it as
-    Celery ends an expired call (revoked): a broker that drops an expired message (RabbitMQ's
-    per-message TTL) would leave its caller waiting for nothing. Raises ``Ignore``: no state is
-    stored for this run."""
+def postpone(
+    task: AnyTask, execution: Execution, key: str, rate: Rate, decision: RateDecision, token: str, hop: str
+) -> NoReturn:
+    """Re-publish the running call (as copy ``hop``) to come back for its slot, in ``decision.wait``
+    seconds or the broker's safe hold if sooner; counted ``rate_limited`` the first time only.
+    Or, when its message expires before its slot, give the slot back and end the call as Celery
+    ends an expired one (revoked): a broker that drops an expired message (RabbitMQ's per-message
+    TTL) would leave its caller waiting for nothing. Raises ``Ignore``: no state is stored."""
     request = task.request
     task_id = execution.task_id
+    scripts = execution.runtime.scripts
+    wait = decision.wait
     left_ms = expiry_ttl_ms(request.expires)
     if left_ms is not None and left_ms < to_ms(wait, minimum=0):
         logger.warning(
@@ -158,16 +205,61 @@ def postpone(task: AnyTask, execution: Execution, key: str, rate: Rate, wait: fl
             rate,
             wait,
         )
-        cancel_reservation(execution.runtime.scripts.client, key, task_id)
+        cancel_reservation(scripts, key, task_id, token)
         task.backend.mark_as_revoked(task_id, "expired", request=request)
         raise Ignore()
-    count("rate_limited")
-    logger.info(
-        "Rate-limited %s[%s]: %s allows %s; re-queued to start in %.3fs", task.name, task_id, key, rate, wait
+    if decision.status == "reserved":
+        count("rate_limited")
+        logger.info(
+            "Rate-limited %s[%s]: %s allows %s; re-queued to start in %.3fs",
+            task.name,
+            task_id,
+            key,
+            rate,
+            wait,
+        )
+        send_rate_limited(task, task_id, key, str(rate), wait)
+    else:  # a hop of a call postponed already: its first postponement was told
+        logger.debug(
+            "Re-queued rate-limited %s[%s] again: its slot in %s is in %.3fs", task.name, task_id, key, wait
+        )
+    countdown = min(max(0.0, wait - COME_BACK_EARLY), execution.runtime.settings.max_postpone)
+    requeue(
+        task, countdown=countdown, throw=False, keep_retries=True, headers={HOP_HEADER: hop, LOG_HEADER: key}
     )
-    send_rate_limited(task, task_id, key, str(rate), wait)
-    requeue(task, countdown=max(0.0, wait - COME_BACK_EARLY), throw=False, keep_retries=True)
+    try:
+        confirm_hop(scripts, key, task_id, hop)
+    except REDIS_ERRORS as exc:
+        # The copy published is the pending one: it keeps the slot unconfirmed. Only a copy of
+        # this message delivered again would also be let through, to the grant record.
+        logger.warning("Could not confirm the re-queued copy of %s[%s]: %r", task.name, task_id, exc)
     raise Ignore()
+
+
+def drop_copy(task: AnyTask, execution: Execution, key: str, why: str) -> NoReturn:
+    """Not run: a second copy of a call (a broker gave its message out again). One INFO line,
+    counted; no state stored, the call's live copy stores its result."""
+    count("rate_copies_dropped")
+    logger.info("Dropped copy of rate-limited %s[%s] (%s): %s", task.name, execution.task_id, key, why)
+    raise Ignore()
+
+
+@task_revoked.connect
+def give_back(sender: Any = None, request: Any = None, **info: Any) -> None:
+    """A postponed call revoked, or expired, in the worker that holds its message: give its slot
+    back (its message names the log it waits in; any other call has no slot to give)."""
+    key = getattr(request, LOG_HEADER, None)
+    if not isinstance(key, str) or not key or sender is None:
+        return
+    task_id = str(request.id)
+    try:
+        scripts = runtime_for(sender.app).scripts
+        if cancel_reservation(scripts, key, task_id, getattr(request, HOP_HEADER, None) or ""):
+            why = "expired" if info.get("expired") else "revoked"
+            logger.info("Gave back the slot of %s rate-limited %s[%s] in %s", why, sender.name, task_id, key)
+    except REDIS_ERRORS as exc:  # a signal handler must not break the worker's revoke handling
+        count("redis_errors")
+        logger.warning("Could not give back the slot of %s[%s] in %s: %r", sender.name, task_id, key, exc)
 
 
 GATE = RateLimitGate()

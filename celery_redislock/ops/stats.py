@@ -37,8 +37,10 @@ COUNTER_NAMES = (
     "replaced",
     "debounced",
     "debounce_lost",
-    # Calls over their global_rate_limit, re-queued for their slot (each time one is).
+    # Calls over their global_rate_limit, re-queued for their slot (once a call: its later hops
+    # are not counted), and second copies of such calls dropped (a broker gave one out twice).
     "rate_limited",
+    "rate_copies_dropped",
 )
 
 _INDEX = {name: index for index, name in enumerate(COUNTER_NAMES)}

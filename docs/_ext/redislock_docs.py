@@ -26,6 +26,11 @@ SETTING_DOCS = {
     "redislock_use_ssl": "TLS options of the lock client: a dict of redis-py's ``ssl_*`` "
     "arguments, True (redis-py's defaults) or False (none). None: those of the setting the URL "
     "came from (``broker_use_ssl``, ``redis_backend_use_ssl``).",
+    "redislock_max_postpone": "Seconds a call postponed by ``global_rate_limit`` waits in the "
+    "broker at most at one hop; a longer wait is split into hops. None: half of "
+    "``broker_transport_options['visibility_timeout']`` on Redis and SQS (kombu's default when "
+    "unset), 900 on RabbitMQ (half its default ``consumer_timeout``: set this when the server's "
+    "is lower) and on other brokers.",
     "redislock_compat_legacy_keys": "The compat bases also honour and clear the old libraries' "
     "keys (a rolling switch from celery-once / celery-singleton).",
 }

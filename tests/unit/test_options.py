@@ -466,6 +466,7 @@ def test_read_settings_defaults() -> None:
         options={},
         queues={},
         ssl_source="broker_use_ssl",
+        max_postpone=1800.0,  # half of kombu's visibility timeout
     )
     assert read_settings({**SETTING_DEFAULTS, **BROKER}) == s
 
@@ -478,6 +479,7 @@ def test_setting_defaults() -> None:
         "redislock_queues": {},
         "redislock_transport_options": None,
         "redislock_use_ssl": None,
+        "redislock_max_postpone": None,
     }
 
 

@@ -39,13 +39,14 @@ class GrantRecorder:
         self._client = client
         self._key = key
         self._interval = interval
-        self._seen: set[bytes] = set()
+        self._seen: dict[bytes, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"grant-recorder:{key}", daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
-        self._seen.update(m for m in self._client.zrange(self._key, 0, -1) if m.startswith(b"g:"))
+        entries = self._client.zrange(self._key, 0, -1, withscores=True)
+        self._seen.update((m, score) for m, score in entries if m.startswith(b"g:"))
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -56,5 +57,5 @@ class GrantRecorder:
         self._stop.set()
         self._thread.join(5)
         self._read()
-        # A grant's member is 'g:<caller>:<seconds>.<microseconds>' (lua/rate_limit.lua).
-        return sorted(float(member.rsplit(b":", 1)[1]) for member in self._seen)
+        # A grant's score is its server time in ms (lua/rate_limit.lua).
+        return sorted(score / 1000 for score in self._seen.values())

@@ -1,78 +1,118 @@
--- Decide whether a call of a rate-limited partition starts now: a sliding-window log.
--- Time is the Redis server's (TIME): the clocks of the hosts never matter. No closed window of
--- one period holds more than ARGV[1] starts; a slot reserved counts as one where a new call is
--- placed, so new calls never take the slots of those told to come back.
--- KEYS[1]  the partition's log: a sorted set scored in server ms; 'g:<id>:<time>' a start
---          granted at its score, 'r:<id>' the start reserved for caller <id> at its score
+-- Decide whether a call of a rate-limited partition starts now: a sliding-window log, every step
+-- O(log N) (no loop over the window). Time is the Redis server's (TIME): the hosts' clocks never
+-- matter. No closed window of one period holds more than ARGV[1] starts; a slot reserved counts
+-- as one where a new call is placed, so new calls never take the slots of those told to come back.
+-- KEYS[1]  the log: a sorted set scored in server ms, of grants (ARGV[3]'s form, a start at its
+--          score) and reservations (ARGV[4]'s form, the slot kept for a caller at its score)
+-- KEYS[2]  the reservations only, scored alike: a window's starts are two ZCOUNTs
+-- KEYS[3]  hop tokens by reservation: '<cur>|<pending>', the token of the copy of the call known
+--          to be published and of the copy being published (a hash; none for RedisRateLimiter)
 -- ARGV[1]  N: the starts allowed per period
 -- ARGV[2]  the period in milliseconds
--- ARGV[3]  the caller's id (a task id)
--- ARGV[4]  "1": a caller that must wait reserves the next free slot (the newest: no later
---          call takes it); "0": it is only told when that slot is
--- ARGV[5]  the longest wait, in ms, a reservation is made for ("0": any)
--- Returns  {0, 0} granted now; {1, ms} reserved (or already reserved) ms from now; {2, ms}
---          not reserved, the next free slot is ms from now
-local key = KEYS[1]
+-- ARGV[3]  the caller's grant member (one per attempt of a task id)
+-- ARGV[4]  the caller's reservation member (one per task id)
+-- ARGV[5]  "1": a caller that must wait reserves the next free slot; "0": it is only told when
+-- ARGV[6]  the longest wait, in ms, a reservation is made for ("0": any)
+-- ARGV[7]  the token of the copy asking ("" for a call never re-published)
+-- ARGV[8]  the token of the copy it will publish if told to wait ("": no tokens kept)
+-- Returns  {0, 0} granted now; {1, ms} reserved ms from now; {2, ms} not reserved, the next free
+--          slot is ms from now; {3, ms} its reservation kept, ms from now (a call back early, or
+--          whose window is still full); {4, 0} this attempt started already in the window;
+--          {5, 0} its reservation is held by another copy of the call
+local log, reserved, hops = KEYS[1], KEYS[2], KEYS[3]
 local limit = tonumber(ARGV[1])
 local period = tonumber(ARGV[2])
-local caller = ARGV[3]
-local own = 'r:' .. caller
+local granted, own = ARGV[3], ARGV[4]
+local mine, next_token = ARGV[7], ARGV[8]
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- A start at exactly now - period shares a closed window of one period with now: it stays.
-redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (now - period))
+local before = '(' .. (now - period)
+-- Reservations whose calls never came back: their tokens go with them (each once).
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', reserved, '-inf', before)) do
+  redis.call('HDEL', hops, gone)
+end
+redis.call('ZREMRANGEBYSCORE', reserved, '-inf', before)
+redis.call('ZREMRANGEBYSCORE', log, '-inf', before)
 
 local function expire()
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local last = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
   if last[2] then
-    redis.call('PEXPIRE', key, math.max(1, tonumber(last[2]) - now + period + 1))
+    local ttl = math.max(1, tonumber(last[2]) - now + period + 1)
+    redis.call('PEXPIRE', log, ttl)
+    redis.call('PEXPIRE', reserved, ttl)
+    redis.call('PEXPIRE', hops, ttl)
   end
 end
 
 local function grant()
-  redis.call('ZREM', key, own)
-  redis.call('ZADD', key, now, 'g:' .. caller .. ':' .. time[1] .. '.' .. string.format('%06d', tonumber(time[2])))
+  redis.call('ZREM', log, own)
+  redis.call('ZREM', reserved, own)
+  redis.call('HDEL', hops, own)
+  redis.call('ZADD', log, now, granted)
   expire()
   return {0, 0}
 end
 
-local reserved = redis.call('ZSCORE', key, own)
-if reserved then
-  reserved = tonumber(reserved)
-  if reserved > now then
-    return {1, reserved - now}
+-- The copy asking is the live one from now on; the copy it will publish is pending.
+local function hand_on()
+  if next_token ~= '' then
+    redis.call('HSET', hops, own, mine .. '|' .. next_token)
+  end
+end
+
+if redis.call('ZSCORE', log, granted) then
+  return {4, 0}
+end
+
+local at = redis.call('ZSCORE', reserved, own)
+if at then
+  if next_token ~= '' then
+    local tokens = redis.call('HGET', hops, own)
+    if tokens then
+      local cur, pending = string.match(tokens, '^([^|]*)|(.*)$')
+      if mine ~= cur and (pending == '' or mine ~= pending) then
+        return {5, 0}
+      end
+    end
+  end
+  at = tonumber(at)
+  if at > now then
+    hand_on()
+    return {3, at - now}
   end
   -- Its slot has come; it may come late, and its start is now: it starts if the window that
   -- ends now holds fewer than N starts. Slots reserved by calls not back yet are not starts:
   -- a call that comes late wastes no slot of those behind it.
-  local recent = redis.call('ZRANGEBYSCORE', key, now - period, now, 'WITHSCORES')
-  local starts = {}
-  for i = 1, #recent, 2 do
-    if string.sub(recent[i], 1, 2) == 'g:' then
-      starts[#starts + 1] = tonumber(recent[i + 1])
-    end
-  end
-  if #starts < limit then
+  local window = now - period
+  local starts = redis.call('ZCOUNT', log, window, now) - redis.call('ZCOUNT', reserved, window, now)
+  if starts < limit then
     return grant()
   end
-  -- Else it keeps its place and comes back when the oldest start in the way has left.
-  return {1, math.max(1, starts[#starts - limit + 1] + period + 1 - now)}
+  -- Else it keeps its place until the oldest start in the way has left. The entry of that rank
+  -- (the log begins at the window's start) is that start or an earlier reservation: it comes
+  -- back on time or early, never late.
+  local first = redis.call('ZRANGE', log, starts - limit, starts - limit, 'WITHSCORES')
+  hand_on()
+  return {3, math.max(1, tonumber(first[2]) + period + 1 - now)}
 end
 
 -- A new call: with fewer than N entries in all, one more fits in any window.
-if redis.call('ZCARD', key) < limit then
+if redis.call('ZCARD', log) < limit then
   return grant()
 end
 -- Else its slot is one period after the N-th newest entry, and after the newest by 1/N of a
 -- period: each new call is placed after every reserved one (none is overtaken), and a backlog
 -- is spread evenly over the period rather than started in bursts of N.
-local nth = redis.call('ZRANGE', key, -limit, -limit, 'WITHSCORES')
-local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-local at = math.max(now + 1, tonumber(nth[2]) + period + 1, tonumber(last[2]) + math.floor(period / limit))
-local wait = at - now
-local most = tonumber(ARGV[5])
-if ARGV[4] == '1' and (most == 0 or wait <= most) then
-  redis.call('ZADD', key, at, own)
+local nth = redis.call('ZRANGE', log, -limit, -limit, 'WITHSCORES')
+local last = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
+local slot = math.max(now + 1, tonumber(nth[2]) + period + 1, tonumber(last[2]) + math.floor(period / limit))
+local wait = slot - now
+local most = tonumber(ARGV[6])
+if ARGV[5] == '1' and (most == 0 or wait <= most) then
+  redis.call('ZADD', log, slot, own)
+  redis.call('ZADD', reserved, slot, own)
+  hand_on()
   expire()
   return {1, wait}
 end

@@ -1,0 +1,70 @@
+"""How long a postponed call may wait in the broker at one hop (``redislock_max_postpone``): the
+setting where given, else half of what the app's broker holds an unacknowledged message for."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..engine.checks import BadValue, optional_seconds, positive_seconds
+from ..errors import OptionError
+from .options import APP_CONFIGURATION
+
+__all__ = ["BROKER_HOLDS", "OTHER_BROKER_HOLD", "max_postpone"]
+
+#: Seconds an unacknowledged message is held before it is given out again, by the broker's
+#: transport: Redis-like transports redeliver after ``broker_transport_options``'
+#: ``visibility_timeout`` (kombu's defaults here when unset); RabbitMQ closes the channel of a
+#: consumer holding a message past its ``consumer_timeout``, a server setting the app cannot read
+#: (RabbitMQ's default).
+BROKER_HOLDS: Mapping[str, float] = {
+    "redis": 3600.0,
+    "rediss": 3600.0,
+    "sentinel": 3600.0,
+    "sqs": 1800.0,
+    "amqp": 1800.0,
+    "amqps": 1800.0,
+    "pyamqp": 1800.0,
+    "librabbitmq": 1800.0,
+}
+#: What the visibility timeout sets, where a transport has one.
+_VISIBILITY = frozenset({"redis", "rediss", "sentinel", "sqs"})
+#: Seconds a hop lasts on a transport of no known hold.
+OTHER_BROKER_HOLD = 900.0
+
+
+def _transport(conf: Mapping[str, Any]) -> str:
+    given = conf.get("broker_transport")
+    if given:
+        return str(given).lower()
+    # Celery's Settings resolves CELERY_BROKER_URL and old names in a property.
+    url = getattr(conf, "broker_url", None) or conf.get("broker_url") or "amqp://"
+    if not isinstance(url, str):  # a list of fail-over URLs: one transport for them all
+        url = next(iter(url), "amqp://")
+    first = str(url).split(";", 1)[0].strip()
+    return first.split("://", 1)[0].lower() if "://" in first else "amqp"
+
+
+def max_postpone(conf: Mapping[str, Any]) -> float:
+    """Seconds a postponed call may wait in the broker at one hop, read from ``conf`` (``app.conf``
+    or a dict). Half of the broker's hold, so a worker busy for a while still takes the message
+    well before it is given out again. Raises ``OptionError`` naming the setting that is wrong."""
+    try:
+        own = optional_seconds(conf.get("redislock_max_postpone"))
+    except BadValue as bad:
+        raise OptionError("redislock_max_postpone", APP_CONFIGURATION, str(bad)) from None
+    if own is not None:
+        return own
+    transport = _transport(conf)
+    hold = BROKER_HOLDS.get(transport)
+    if hold is None:
+        return OTHER_BROKER_HOLD
+    if transport in _VISIBILITY:
+        options = conf.get("broker_transport_options") or {}
+        visibility = options.get("visibility_timeout") if isinstance(options, Mapping) else None
+        if visibility is not None:
+            try:
+                hold = positive_seconds(visibility)
+            except BadValue as bad:
+                raise OptionError("visibility_timeout", "broker_transport_options", str(bad)) from None
+    return hold / 2

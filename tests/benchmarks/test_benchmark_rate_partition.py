@@ -1,0 +1,30 @@
+"""benchmarks.rate_partition and benchmarks.eta_memory still run end to end, at a size too small to measure anything: each
+kind of decision is timed by the server and the partition's memory is read. No figure asserted."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.eta_memory import main as eta_main
+from benchmarks.rate_partition import main
+
+
+def test_the_partition_benchmark_prints_its_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--size", "300", "--waiting", "10", "--calls", "5"]) == 0
+    out = capsys.readouterr().out
+    assert 'A "300/h" partition, window full (300 starts), 20 calls waiting' in out
+    for kind in ("new call", "come-back, early", "come-back, due, window full", "copy dropped"):
+        assert f"| {kind} |" in out
+    assert "Memory of the partition (MEMORY USAGE, filled)" in out
+
+
+def test_bad_sizes_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--size", "0"])
+    assert "--size and --calls must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_eta_memory_benchmark_prints_its_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert eta_main(["--calls", "20"]) == 0
+    assert "20 postponed calls held by one worker: its main process' VmRSS" in capsys.readouterr().out

@@ -1,0 +1,176 @@
+"""``global_rate_limit``'s postponed calls on real workers: a call never waits in the broker longer
+than it can hold it (hops, logged at DEBUG only, counted once), a second copy of a call never runs
+and never reserves (dropped, logged, counted), and a revoked call gives its slot back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import redis
+from amqp.exceptions import ChannelError
+from celery import Celery
+
+from celery_redislock.contrib.testing import WorkerProcess, poll
+
+from .conftest import queued_count, restore_visible, stats_of, visibility_redelivery
+from .mode_harness import ModeTask, node
+from .test_rate_limit import partition_key, starts
+
+BODY = """
+import time
+coord.rpush("starts:" + account, f"{time.time()!r} {n} {self.request.retries} {self.request.id}")
+return n
+"""
+
+
+def queued(app: Celery) -> int:
+    """Messages waiting in the queue (a Redis broker has no key for an empty one)."""
+    try:
+        return queued_count(app)
+    except ChannelError:
+        return 0
+
+
+def limited(rate: str, **options: object) -> ModeTask:
+    return ModeTask(
+        "rate.hops", "account, n", BODY, {"global_rate_limit": rate, "rate_limit_key": ["account"], **options}
+    )
+
+
+def settings(**conf: object) -> str:
+    """Worker-module lines: the app's settings, and the gate's DEBUG lines in its log."""
+    return (
+        "import logging\n"
+        'logging.getLogger("celery_redislock.modes.rate_limit").setLevel(logging.DEBUG)\n'
+        f"app.conf.update({conf!r})\n"
+    )
+
+
+@visibility_redelivery
+def test_postponed_calls_run_once_when_they_wait_longer_than_the_visibility_timeout(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    # The issue's reproducer: the last of 12 calls at 1/s waits 11 s, the broker gives out a
+    # message unacknowledged for 3 s again.
+    transport = {"broker_transport_options": {"visibility_timeout": 3}}
+    task = limited("1/s")
+    name = node("rate-visibility")
+    proc = task.start(worker_process, urls, "-c", "2", "-n", name, module=settings(**transport))
+    app = make_app(**transport)
+    sender = task.sender(app)
+    results = [sender.delay("acme", n) for n in range(12)]
+
+    def done() -> bool:
+        # What the transport does every few seconds in each consumer: give out again every
+        # message unacknowledged for longer than the visibility timeout.
+        restore_visible(app)
+        return all(result.ready() for result in results) and queued(app) == 0
+
+    assert poll(done, 60, interval=0.3)
+    assert sorted(result.get(timeout=1) for result in results) == list(range(12))
+    # Two visibility timeouts more: a copy given out again would run, or be postponed again.
+    assert not poll(lambda: done() and coord.llen("starts:acme") > 12, 7, interval=0.3)
+    assert sorted(n for _, n, _, _ in starts(coord, "acme")) == list(range(12))
+    log = proc.log()
+    assert log.count("Rate-limited rate.hops[") == 11, log[-3000:]
+    assert "Re-queued rate-limited rate.hops[" in log  # waits past 1.5 s were made of hops
+    assert queued(app) == 0
+    stats = stats_of(app, name)
+    assert stats is not None and stats["counters"]["rate_limited"] == 11
+
+
+def test_a_wait_longer_than_max_postpone_is_made_of_hops_logged_at_debug(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    task = limited("1/s")
+    name = node("rate-hops")
+    proc = task.start(
+        worker_process, urls, "-c", "2", "-n", name, module=settings(redislock_max_postpone=0.5)
+    )
+    app = make_app()
+    sender = task.sender(app)
+    results = [sender.delay("acme", n) for n in range(5)]
+    assert sorted(result.get(timeout=40) for result in results) == list(range(5))
+    assert sorted(n for _, n, _, _ in starts(coord, "acme")) == list(range(5))
+    log = proc.log()
+    # Four calls postponed once each; the last waits 4 s in hops of at most 0.5 s.
+    assert log.count("Rate-limited rate.hops[") == 4, log[-3000:]
+    hops = [line for line in log.splitlines() if "Re-queued rate-limited rate.hops[" in line]
+    assert len(hops) >= 4 and all("DEBUG" in line for line in hops), hops
+    stats = stats_of(app, name)
+    assert stats is not None and stats["counters"]["rate_limited"] == 4
+
+
+def test_a_second_copy_of_a_call_never_runs_and_never_reserves(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    # One process: the copies are decided one after the other, in the order they were sent.
+    task = limited("1/s")
+    name = node("rate-copies")
+    proc = task.start(worker_process, urls, "-c", "1", "-n", name, module=settings())
+    app = make_app()
+    sender = task.sender(app)
+    # A call sent twice (as a broker gives a message out again): the first copy runs, the
+    # second finds its attempt started and finished.
+    first = [sender.apply_async(("acme", 0), task_id="call-0") for _ in range(2)]
+    # A call postponed, sent twice: the second copy finds the slot held by the first's hop.
+    second = [sender.apply_async(("acme", 1), task_id="call-1") for _ in range(2)]
+    assert first[0].get(timeout=30) == 0 and second[0].get(timeout=30) == 1
+    assert poll(lambda: proc.log().count("Dropped copy of rate-limited rate.hops[") == 2, 15), proc.log()[
+        -3000:
+    ]
+    assert poll(lambda: queued(app) == 0, 15)
+    assert sorted(n for _, n, _, _ in starts(coord, "acme")) == [0, 1]
+    log = proc.log()
+    assert "Dropped copy of rate-limited rate.hops[call-0]" in log and "it has run already" in log
+    assert (
+        "Dropped copy of rate-limited rate.hops[call-1]" in log and "another copy of it holds its slot" in log
+    )
+    stats = stats_of(app, name)
+    assert stats is not None
+    assert stats["counters"]["rate_copies_dropped"] == 2 and stats["counters"]["rate_limited"] == 1
+    # Nothing reserved is left behind.
+    key = partition_key(app, sender, "acme", 0)
+    assert [m for m in locks.zrange(key, 0, -1) if m.startswith(b"r:")] == []
+
+
+def test_a_revoked_postponed_call_gives_its_slot_back(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    task = limited("2/m")
+    name = node("rate-revoke")
+    # Hops of 1 s: the worker that holds the revoked call's message sees it within a second.
+    proc = task.start(worker_process, urls, "-c", "1", "-n", name, module=settings(redislock_max_postpone=1))
+    app = make_app()
+    sender = task.sender(app)
+    key = partition_key(app, sender, "acme", 0)
+    assert [sender.delay("acme", n).get(timeout=20) for n in range(2)] == [0, 1]
+    [g0] = [score for m, score in locks.zrange(key, 0, 0, withscores=True)]
+    waiting = sender.delay("acme", 2)
+    assert poll(lambda: locks.zscore(key, f"r:{waiting.id}") is not None, 15)
+    waiting.revoke()
+    assert poll(lambda: locks.zscore(key, f"r:{waiting.id}") is None, 15), proc.log()[-3000:]
+    assert poll(lambda: waiting.state == "REVOKED", 10), waiting.state
+    assert f"Gave back the slot of revoked rate-limited rate.hops[{waiting.id}]" in proc.log()
+    # The next call is placed where the revoked one was: a period after the first start, not a
+    # period and a half.
+    later = sender.delay("acme", 3)
+    assert poll(lambda: locks.zscore(key, f"r:{later.id}") is not None, 15)
+    assert locks.zscore(key, f"r:{later.id}") - g0 <= 60_001
+    later.revoke()
+    assert poll(lambda: locks.zscore(key, f"r:{later.id}") is None, 15)
+    assert sorted(n for _, n, _, _ in starts(coord, "acme")) == [0, 1]
