@@ -20,6 +20,7 @@ from ..errors import DuplicateTaskError, LockUnavailableError
 from ..signals import send_duplicate
 
 __all__ = [
+    "drop_finished",
     "finished",
     "on_duplicate",
     "on_redelivered",
@@ -158,6 +159,14 @@ def finished(task: AnyTask) -> bool:
         logger.warning("Could not read the state of %s[%s]: %r", task.name, task_id, exc)
         return False
     return state in states.READY_STATES
+
+
+def drop_finished(task: AnyTask) -> None:
+    """Drop this delivery (raises ``Ignore``) if its task id has a final result already: a copy
+    of a message the broker gave out again after its first delivery was decided."""
+    if finished(task):
+        logger.info("Dropped redelivered %s[%s]: it has finished already", task.name, task.request.id)
+        raise Ignore()
 
 
 def on_redis_error(
