@@ -173,7 +173,8 @@ class DebounceMode(PlainMode):
         count("debounced")
         holder = debounced_id(latest)
         send_duplicate(task, execution.task_id, execution.key, holder, "skip", "execute")
-        skip(task, DuplicateTaskError(task.name, execution.task_id, execution.key, holder, latest))
+        error = DuplicateTaskError(task.name, execution.task_id, execution.key, holder, latest)
+        skip(task, execution.options, error)
 
     def on_refused(self, task: AnyTask, options: LockOptions, key: str, holder: str) -> NoReturn:
         """The burst's latest call is due and ``holder`` (the previous burst's run) holds
@@ -188,7 +189,7 @@ class DebounceMode(PlainMode):
         error = DuplicateTaskError(task.name, task_id, key, holder, task_id_of(holder))
         send_duplicate(task, task_id, key, holder, "retry", "execute")
         if request.is_eager:
-            skip(task, error)
+            skip(task, options, error)
         bound = user_max_retries(task)
         if bound is not None and request.retries >= bound:
             count("debounce_lost")
@@ -201,7 +202,7 @@ class DebounceMode(PlainMode):
                 holder,
                 request.retries,
             )
-            skip(task, error)
+            skip(task, options, error)
         retry_duplicate(task, options, error, unlimited=True)
 
 
