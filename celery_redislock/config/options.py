@@ -15,6 +15,7 @@ from ..engine.checks import (
     got,
     non_negative_seconds,
     number_text,
+    one_of,
     optional_seconds,
     positive_seconds,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "OnDuplicate",
     "OnRedisError",
     "OptionSpec",
+    "SkipResult",
     "add_options",
     "check_lock_key",
     "option_names",
@@ -50,6 +52,7 @@ LockOn = Literal["execute", "enqueue"]
 #: How long a lock taken at enqueue lasts: until the task finished, or until a worker starts it.
 LockUntil = Literal["finished", "started"]
 OnRedisError = Literal["retry", "run", "fail"]
+SkipResult = Literal["failure", "success", "ignore"]
 LockKey = Optional[Union[tuple[str, ...], LockKeyFunc]]
 
 
@@ -74,6 +77,7 @@ class LockOptions:
     max_concurrency: int = 1
     lock_until: LockUntil = "finished"
     fencing: bool = False
+    skip_result: SkipResult = "failure"
     #: The registered modes' options, ``(name, value)`` in name order: a tuple, so options
     #: stay hashable and comparable.
     mode_values: tuple[tuple[str, Any], ...] = ()
@@ -133,20 +137,6 @@ class LockOptions:
 # --- validation of one layer ----------------------------------------------------------------
 
 
-def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
-    def check(value: Any) -> str:
-        allowed = ", ".join(repr(c) for c in choices)
-        if not isinstance(value, str):
-            raise BadValue(f"must be one of {allowed}, {got(value, wrong_type=True)}")
-        if value not in choices:
-            close = difflib.get_close_matches(value.lower(), choices, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise BadValue(f"must be one of {allowed}, {got(value, wrong_type=False)}{hint}")
-        return value
-
-    return check
-
-
 def check_lock_key(value: Any) -> LockKey:
     """``lock_key``'s forms, checked: also the check of a mode's option that takes them."""
     what = "must be None, a list of argument names or a callable (task, args, kwargs) -> str"
@@ -195,7 +185,7 @@ add_options(
         ),
         _spec(
             "on_duplicate",
-            _choice(get_args(OnDuplicate)),
+            one_of(get_args(OnDuplicate)),
             "str",
             "What a call whose key is held does: ``skip``, ``retry``, ``raise`` or ``wait``.",
         ),
@@ -209,21 +199,21 @@ add_options(
         ),
         _spec(
             "lock_on",
-            _choice(get_args(LockOn)),
+            one_of(get_args(LockOn)),
             "str",
             "When the lock is taken: ``execute`` (in the worker) or ``enqueue`` (at send).",
         ),
         _spec("queued_timeout", positive_seconds, "float", "TTL of a lock taken at enqueue."),
         _spec(
             "on_redis_error",
-            _choice(get_args(OnRedisError)),
+            one_of(get_args(OnRedisError)),
             "str",
             "When Redis cannot be reached to take the lock: ``retry``, ``run`` (unlocked) or ``fail``.",
         ),
         _spec("max_concurrency", check_count, "int", "Executions of one key allowed at once."),
         _spec(
             "lock_until",
-            _choice(get_args(LockUntil)),
+            one_of(get_args(LockUntil)),
             "str",
             "``finished``, or ``started`` (with ``lock_on='enqueue'``): unique while queued only.",
         ),
@@ -232,6 +222,13 @@ add_options(
             check_flag,
             "bool",
             "True: each acquisition issues a fencing token (``self.request.redislock.token``).",
+        ),
+        _spec(
+            "skip_result",
+            one_of(get_args(SkipResult)),
+            "str",
+            "What a skipped call stores: ``failure`` (``DuplicateTaskError``), ``success`` (a dict "
+            "naming the holder) or ``ignore`` (nothing, except in a chord: ``failure``).",
         ),
     ]
 )

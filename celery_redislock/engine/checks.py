@@ -3,6 +3,7 @@ reason it is refused. ``RedisLock``'s arguments and the task options share them.
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 from typing import Any, Callable, TypeVar
@@ -17,6 +18,7 @@ __all__ = [
     "got",
     "non_negative_seconds",
     "number_text",
+    "one_of",
     "optional_seconds",
     "or_none",
     "positive_seconds",
@@ -82,6 +84,22 @@ def or_none(check: Callable[[Any], T]) -> Callable[[Any], T | None]:
 
 #: None (not set), or seconds > 0 as a float.
 optional_seconds = or_none(positive_seconds)
+
+
+def one_of(choices: tuple[str, ...]) -> Callable[[Any], str]:
+    """A check that a value is one of ``choices`` (strings), suggesting the closest for a typo."""
+
+    def check(value: Any) -> str:
+        allowed = ", ".join(repr(c) for c in choices)
+        if not isinstance(value, str):
+            raise BadValue(f"must be one of {allowed}, {got(value, wrong_type=True)}")
+        if value not in choices:
+            close = difflib.get_close_matches(value.lower(), choices, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise BadValue(f"must be one of {allowed}, {got(value, wrong_type=False)}{hint}")
+        return value
+
+    return check
 
 
 def check_flag(value: Any) -> bool:

@@ -20,6 +20,8 @@ from ..errors import DuplicateTaskError, LockUnavailableError
 from ..signals import send_duplicate
 
 __all__ = [
+    "SkippedAsSuccess",
+    "drop_finished",
     "finished",
     "on_duplicate",
     "on_redelivered",
@@ -27,6 +29,7 @@ __all__ = [
     "requeue",
     "retry_duplicate",
     "skip",
+    "skipped_value",
 ]
 
 logger = logging.getLogger(__name__)
@@ -60,7 +63,7 @@ def on_duplicate(
     retries_left = task.max_retries is None or request.retries < task.max_retries
     if strategy == "retry" and retries_left and not request.is_eager:
         retry_duplicate(task, options, error)
-    skip(task, error)
+    skip(task, options, error)
 
 
 def retry_duplicate(
@@ -108,15 +111,35 @@ def requeue(task: AnyTask, *, keep_retries: bool = False, **retry: Any) -> Any:
             own.pop("override_max_retries", None)
 
 
-def skip(task: AnyTask, error: DuplicateTaskError) -> NoReturn:
-    """Not run: one INFO line, a FAILURE result naming the holder so a waiting caller
-    (and a chord) is answered at once, and no on_failure / task_failure."""
+class SkippedAsSuccess(Exception):
+    """Not an error: how ``skip`` with ``skip_result="success"`` makes the task return
+    ``value`` (caught by ``SingletonTask.__call__``)."""
+
+    def __init__(self, value: dict[str, Any]) -> None:
+        super().__init__(value)
+        self.value = value
+
+
+def skipped_value(error: DuplicateTaskError) -> dict[str, Any]:
+    """The SUCCESS result of a skipped call (``skip_result="success"``): JSON, marked as a
+    skip, naming who holds its key."""
+    return {"skipped": True, "holder": error.holder, "holder_task_id": error.holder_task_id, "key": error.key}
+
+
+def skip(task: AnyTask, options: LockOptions, error: DuplicateTaskError) -> NoReturn:
+    """Not run: one INFO line, and a result that answers a waiting caller (and a chord) at
+    once, as ``skip_result`` says: a FAILURE holding ``error`` (no on_failure / task_failure),
+    a SUCCESS naming the holder (returned through Celery's success path, so a chord or a chain
+    goes on), or nothing (except in a chord, which waits for every member: FAILURE)."""
     count("skipped")
     request = task.request
     logger.info("Skipped duplicate %s[%s]: %s is held by %s", task.name, request.id, error.key, error.holder)
+    stored = options.skip_result
+    if stored == "success":
+        raise SkippedAsSuccess(skipped_value(error))
     if request.is_eager:
         raise error  # no backend to store in: the EagerResult carries the error
-    if not task.ignore_result or request.chord:
+    if request.chord or (stored == "failure" and not task.ignore_result):
         task.backend.mark_as_failure(str(request.id), error, request=request, call_errbacks=False)
     raise Ignore()
 
@@ -130,7 +153,7 @@ def on_redelivered(task: AnyTask, options: LockOptions, key: str, holder: str) -
     request = task.request
     error = DuplicateTaskError(task.name, str(request.id), key, holder, task_id_of(holder))
     if request.is_eager:
-        skip(task, error)
+        skip(task, options, error)
     count("retried")
     countdown = options.renew_interval_s
     logger.info(
@@ -158,6 +181,14 @@ def finished(task: AnyTask) -> bool:
         logger.warning("Could not read the state of %s[%s]: %r", task.name, task_id, exc)
         return False
     return state in states.READY_STATES
+
+
+def drop_finished(task: AnyTask) -> None:
+    """Drop this delivery (raises ``Ignore``) if its task id has a final result already: a copy
+    of a message the broker gave out again after its first delivery was decided."""
+    if finished(task):
+        logger.info("Dropped redelivered %s[%s]: it has finished already", task.name, task.request.id)
+        raise Ignore()
 
 
 def on_redis_error(

@@ -4,11 +4,8 @@ as ``on_duplicate`` says when refused, and releases its key when the run ends.""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
-
-from celery.exceptions import Ignore
 
 from ..config.mode_rules import Clash
 from ..config.options import LockOptions
@@ -24,8 +21,6 @@ if TYPE_CHECKING:
     AnyTask = Task[Any, Any]
 
 __all__ = ["PLAIN", "PlainMode"]
-
-logger = logging.getLogger(__name__)
 
 
 class PlainMode:
@@ -64,10 +59,9 @@ class PlainMode:
         return sending.send(call)
 
     def before_acquire(self, task: AnyTask, execution: Execution) -> None:
-        if execution.retries and outcomes.finished(task):
-            # A re-queued copy of a redelivered message whose original has finished meanwhile.
-            logger.info("Dropped redelivered %s[%s]: it has finished already", task.name, execution.task_id)
-            raise Ignore()
+        if execution.retries:
+            # A re-queued copy of a redelivered message whose original may have finished meanwhile.
+            outcomes.drop_finished(task)
 
     def acquire(self, task: AnyTask, execution: Execution) -> Outcome | None:
         return acquire(execution)

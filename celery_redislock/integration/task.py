@@ -19,10 +19,10 @@ from ..errors import DuplicateTaskError
 from . import outcomes
 from . import sending as enqueue
 from .acquisition import Execution, Holding, Refused
-from .mode import Send, registered
+from .mode import Plan, Send, registered
 from .plain import PlainMode  # noqa: F401  (imported: registers the default mode)
 from .queues import QUEUE_FIELD
-from .runtime import run_function, runtime_for, send_routes, task_options
+from .runtime import Runtime, run_function, runtime_for, send_routes, task_options
 
 __all__ = ["KEY_HEADER", "SingletonTask"]
 
@@ -80,6 +80,9 @@ class SingletonTask(_TaskBase):
     lock_until: ClassVar[str | None] = None
     #: True: each acquisition issues a fencing token (``self.request.redislock.token``).
     fencing: ClassVar[bool | None] = None
+    #: What a skipped call stores: ``"failure"`` (``DuplicateTaskError``), ``"success"`` (a
+    #: dict naming the holder) or ``"ignore"`` (nothing, except in a chord).
+    skip_result: ClassVar[str | None] = None
 
     @classmethod
     def on_bound(cls, app: Celery) -> None:
@@ -104,13 +107,30 @@ class SingletonTask(_TaskBase):
         # a default that misses raises and catches an AttributeError, twice a task.
         fields = vars(request)
         plan = runtime.plan(self, fields.get(QUEUE_FIELD))
-        options = plan.options
         # A task locked at enqueue (or re-published) carries its key: JSON may have changed its
         # arguments' types since. Kept on the request, so a retry carries it on.
         key = fields.get(KEY_HEADER) or plan.keys.key(args, kwargs, self)
         fields[KEY_HEADER] = key
         fields[INFO_FIELD] = None  # until it holds the lock: never while it runs unlocked
-        mode = plan.mode
+        try:
+            outcome = self._decide(runtime, plan, key)
+        except outcomes.SkippedAsSuccess as skipped:
+            # skip_result="success": returned, so Celery stores it and a chord or chain goes on.
+            return skipped.value
+        if outcome is None:  # unlocked: the mode says so (unique while queued only), or Redis
+            return self.run(*args, **kwargs)
+        fields[HELD_FIELD] = outcome
+        fields[INFO_FIELD] = outcome.info
+        try:
+            return self.run(*args, **kwargs)
+        finally:
+            self._release_held(request=request)
+
+    def _decide(self, runtime: Runtime, plan: Plan, key: str) -> Holding | None:
+        """The lock this call runs under, or None: it runs unlocked (the mode says so, or Redis
+        is unreachable and ``on_redis_error="run"``). Raises what ends the call otherwise (a
+        skip, a retry, a failure)."""
+        request, options, mode = self.request, plan.options, plan.mode
         try:
             execution = Execution(
                 runtime, options, mode, key, self.name, str(request.id), request.hostname, request.retries
@@ -122,19 +142,12 @@ class SingletonTask(_TaskBase):
         except REDIS_ERRORS as exc:
             # "retry" re-queues it, "fail" fails it (both raise); "run" runs it unlocked.
             outcomes.on_redis_error(self, runtime.settings, options, key, exc)
-            return self.run(*args, **kwargs)
-        if outcome is None:  # the mode runs the body unlocked (unique while queued only)
-            return self.run(*args, **kwargs)
+            return None
         if isinstance(outcome, Refused):
             if outcome.redelivered:
                 outcomes.on_redelivered(self, options, key, outcome.holder)
             mode.on_refused(self, options, key, outcome.holder)
-        fields[HELD_FIELD] = outcome
-        fields[INFO_FIELD] = outcome.info
-        try:
-            return self.run(*args, **kwargs)
-        finally:
-            self._release_held(request=request)
+        return outcome
 
     def _release_held(self, hand_to: tuple[str, int] | None = None, request: Any = None) -> None:
         """Release the execution's lock, or hand it (``(holder id, TTL ms)``) to the next run

@@ -3,10 +3,11 @@ the last call's arguments, ``SECONDS`` after the last call (at most ``debounce_m
 first).
 
 Each new call is published with that delay (``countdown``) after recording itself as its key's
-latest call (``{lock key}:debounce``; the burst's first-call time in ``{lock key}:burst``, on the
-server's clock), in one script. When a message is due, it runs only if it is still the latest;
-else it ends as a skipped duplicate naming the call that superseded it (``{id}@debounced``),
-counted ``debounced``. The latest runs under the key's lock as usual; if the previous burst's run
+latest call (``{lock key}:debounce``; the calls not yet due in ``{lock key}:calls``; with a
+``debounce_max``, the burst's first-call time in ``{lock key}:burst``, on the server's clock), in
+one script. When a message is due, it runs only if it is still the latest; else it ends as a
+skipped duplicate naming the call that superseded it (``{id}@debounced``), counted
+``debounced``. The last call of a burst to come due deletes the keys. The latest runs under the key's lock as usual; if the previous burst's run
 still holds it, the latest is retried (``retry_countdown``) until it is free, never skipped, or
 the burst would be lost (``on_refused``).
 """
@@ -35,7 +36,7 @@ from ..engine.timing import to_ms
 from ..errors import DuplicateTaskError
 from ..integration.acquisition import Execution
 from ..integration.mode import Send
-from ..integration.outcomes import retry_duplicate, skip
+from ..integration.outcomes import drop_finished, retry_duplicate, skip
 from ..integration.plain import PlainMode
 from ..integration.sending import keyed_headers, seconds_until
 from ..signals import send_duplicate
@@ -132,9 +133,16 @@ class DebounceMode(PlainMode):
         key, headers = keyed_headers(task, plan, call.args, call.kwargs, options)
         task_id = uuid()
         asked = seconds_until(options.pop("countdown", None), options.pop("eta", None), task.app.timezone)
-        ttl_ms = plan.options.queued_timeout_ms + debounce_ms + most_ms
+        queued_ms = plan.options.queued_timeout_ms
+        # The keys are deleted when the burst's last call comes due; their TTLs only bound what a
+        # lost message leaves. The latest call must be readable until every call of the burst
+        # has come due (at most its delay, or the caller's longer countdown, and a wait in the
+        # queue, which queued_timeout bounds); the burst's start until its run starts (at most
+        # debounce_max after the first call, and a wait in the queue).
+        ttl_ms = queued_ms + max(debounce_ms, to_ms(asked, minimum=0))
+        burst_ms = queued_ms + most_ms
         try:
-            delay_ms = debounce_call(runtime.scripts, key, task_id, debounce_ms, most_ms, ttl_ms)
+            delay_ms = debounce_call(runtime.scripts, key, task_id, debounce_ms, most_ms, ttl_ms, burst_ms)
         except REDIS_ERRORS as exc:
             # Not recorded: it is sent with the full delay and runs when due (a burst then runs
             # more than once, which is better than losing its last call).
@@ -156,12 +164,17 @@ class DebounceMode(PlainMode):
         skipped duplicate naming the call that superseded it. Raises ``redis.RedisError``."""
         super().before_acquire(task, execution)
         latest = debounce_run(execution.runtime.scripts, execution.key, execution.task_id)
-        if latest is None:
+        if latest is False:
+            # Nothing recorded: maybe a copy the broker gave out again after its burst's keys
+            # were deleted, whose first delivery was decided (superseded, or run).
+            drop_finished(task)
+        if not isinstance(latest, str):
             return
         count("debounced")
         holder = debounced_id(latest)
         send_duplicate(task, execution.task_id, execution.key, holder, "skip", "execute")
-        skip(task, DuplicateTaskError(task.name, execution.task_id, execution.key, holder, latest))
+        error = DuplicateTaskError(task.name, execution.task_id, execution.key, holder, latest)
+        skip(task, execution.options, error)
 
     def on_refused(self, task: AnyTask, options: LockOptions, key: str, holder: str) -> NoReturn:
         """The burst's latest call is due and ``holder`` (the previous burst's run) holds
@@ -176,7 +189,7 @@ class DebounceMode(PlainMode):
         error = DuplicateTaskError(task.name, task_id, key, holder, task_id_of(holder))
         send_duplicate(task, task_id, key, holder, "retry", "execute")
         if request.is_eager:
-            skip(task, error)
+            skip(task, options, error)
         bound = user_max_retries(task)
         if bound is not None and request.retries >= bound:
             count("debounce_lost")
@@ -189,7 +202,7 @@ class DebounceMode(PlainMode):
                 holder,
                 request.retries,
             )
-            skip(task, error)
+            skip(task, options, error)
         retry_duplicate(task, options, error, unlimited=True)
 
 
@@ -206,23 +219,31 @@ def user_max_retries(task: Task[Any, Any]) -> int | None:
 
 
 def debounce_keys(key: str) -> list[str]:
-    """Where debounce records the latest call of lock ``key`` and its burst's first-call time,
-    in its cluster slot."""
-    return [slot_key(key, "debounce"), slot_key(key, "burst")]
+    """Where debounce records the latest call of lock ``key``, its burst's first-call time and
+    the calls not yet due, in its cluster slot."""
+    return [slot_key(key, "debounce"), slot_key(key, "burst"), slot_key(key, "calls")]
 
 
 def debounce_call(
-    scripts: ScriptRunner, key: str, task_id: str, delay_ms: int, max_ms: int, ttl_ms: int
+    scripts: ScriptRunner,
+    key: str,
+    task_id: str,
+    delay_ms: int,
+    max_ms: int,
+    ttl_ms: int,
+    burst_ttl_ms: int,
 ) -> int:
-    """Record ``task_id`` as the latest call of ``key``'s burst; the delay (ms) to send it with."""
-    args = [task_id, str(delay_ms), str(max_ms), ttl_arg(ttl_ms)]
+    """Record ``task_id`` as the latest call of ``key``'s burst; the delay (ms) to send it with.
+    ``ttl_ms``: how long the call may take to come due; ``burst_ttl_ms``: the burst's run to start."""
+    args = [task_id, str(delay_ms), str(max_ms), ttl_arg(ttl_ms), ttl_arg(burst_ttl_ms)]
     return int(scripts.run(DEBOUNCE_CALL, debounce_keys(key), args))
 
 
-def debounce_run(scripts: ScriptRunner, key: str, task_id: str) -> str | None:
-    """None: ``task_id`` runs (the burst is over); else the task id that superseded it."""
+def debounce_run(scripts: ScriptRunner, key: str, task_id: str) -> str | bool:
+    """``task_id`` came due: True, it runs (its burst's latest); False, it runs (nothing is
+    recorded for its key); else the task id that superseded it."""
     reply = scripts.run(DEBOUNCE_RUN, debounce_keys(key), [task_id])
-    return None if reply == 1 else as_text(reply)
+    return reply == 1 if isinstance(reply, int) else as_text(reply)
 
 
 def _debounce_ms(options: LockOptions) -> tuple[int, int]:

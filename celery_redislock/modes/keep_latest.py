@@ -34,7 +34,7 @@ from ..engine.keys import slot_key
 from ..engine.leases import REDIS_ERRORS, as_text
 from ..engine.script_runner import ScriptRunner, package_script
 from ..engine.scripts import ttl_arg
-from ..engine.timing import DEFAULT_RETRY_DELAY
+from ..engine.timing import DEFAULT_RETRY_DELAY, to_ms
 from ..integration.acquisition import Execution, Outcome, Refused, freed_dead_delivery, hold
 from ..integration.mode import Send
 from ..integration.outcomes import on_duplicate, requeue
@@ -184,9 +184,11 @@ def _record(task: AnyTask, runtime: Runtime, key: str, task_id: str, ttl_ms: int
 
 
 def latest_ttl(options: LockOptions) -> int:
-    """Milliseconds the latest key lives: longer than a pending call may wait in the queue that
-    queued_timeout allows, and than a run."""
-    return max(options.queued_timeout_ms, options.timeout_ms)
+    """Milliseconds the latest key lives from its last refresh (every call, every check of a
+    pending call): until a call sent then reaches a worker, or a pending call checks again (a
+    ``PENDING_POLL`` on, each a wait in the queue that queued_timeout bounds). A run needs none
+    of it: a call made while it runs records itself."""
+    return options.queued_timeout_ms + to_ms(PENDING_POLL)
 
 
 def _step(execution: Execution, recheck: bool) -> LatestReply:

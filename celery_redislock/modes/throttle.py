@@ -77,6 +77,8 @@ class ThrottleMode(PlainMode):
         say. Raises ``redis.RedisError`` (the caller logs it: the key then expires on its lock
         TTL)."""
         lease, runtime = held.lease, held.runtime
+        # The key lives exactly the rest of the window: no call may start before it ends, and
+        # none is held back after it.
         window_ms = to_ms(held.options.value("throttle"))
         left_ms = window_ms - to_ms(time.monotonic() - held.started, minimum=0)
         keep_as = throttled_id(task_id_of(lease.holder))

@@ -273,6 +273,8 @@ def purge(ctx: click.Context, task: str | None, yes: bool, verbose: bool) -> Non
 
     Asks "Remove N lock(s)?" when stdin is a terminal, unless --yes. When
     stdin is not a terminal it refuses (exit code 2) unless --yes is given.
+    The modes' keys (those `list` shows after the locks) are left: each
+    ends with the calls or the window it records.
     """
     _check_task_name(task)
     if not yes and not _interactive():
@@ -286,6 +288,7 @@ def purge(ctx: click.Context, task: str | None, yes: bool, verbose: bool) -> Non
         found = sum(len(batch) for batch in scan_locks(runtime, task))
         if not found:
             cli.echo(f"Purged {_plural(0)}")
+            _say_left(cli, runtime, task)
             return
         click.confirm(f"Remove {_plural(found)}?", abort=True)
     count = 0
@@ -303,3 +306,15 @@ def purge(ctx: click.Context, task: str | None, yes: bool, verbose: bool) -> Non
             ctx, exc, f" ({_plural(count)} purged before the error)" if count else ""
         ) from None
     cli.echo(f"Purged {_plural(count)}")
+    _say_left(cli, runtime, task)
+
+
+def _say_left(cli: CLIContext, runtime: Runtime, task: str | None) -> None:
+    """Name what ``purge`` leaves: the modes' keys, which end with what they record. Deleting
+    them would run what they hold back (a superseded call, a call over the rate)."""
+    left = sum(1 for _ in mode_keys(runtime, lock_pattern(runtime.settings.key_prefix, task), task))
+    if left:
+        cli.echo(
+            f"Left {left} mode key(s): each records calls still queued or a window not over, and "
+            "ends with them; deleting one would run calls its mode holds back ('list' shows them)"
+        )

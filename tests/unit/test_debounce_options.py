@@ -35,6 +35,7 @@ COMBINES: dict[str, Any] = {
     "lock_until": "finished",
     "debounce_max": 10,
     "fencing": True,
+    "skip_result": "success",  # what a superseded call stores
     "rate_limit_key": ["doc"],  # no rate limit: a partition of nothing
 }
 

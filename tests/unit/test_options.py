@@ -68,6 +68,7 @@ def test_defaults_are_spec_section_2() -> None:
     assert o.queued_timeout == 3600
     assert o.on_redis_error == "retry"
     assert o.max_concurrency == 1
+    assert o.skip_result == "failure"
     assert resolve_layers() == o
 
 
@@ -387,6 +388,7 @@ DIFFERENT = {
     "debounce": (1, 2, 3),
     "debounce_max": (5, 6, 7),
     "fencing": (True, False, True),
+    "skip_result": ("success", "ignore", "success"),
     "global_rate_limit": ("1/s", "2/m", "3/h"),
     "rate_limit_key": (["a"], ["b"], []),
 }
