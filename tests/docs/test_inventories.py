@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from celery_redislock.contrib.testing import free_port
+from tests.harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = (
