@@ -27,11 +27,12 @@ from celery import Celery
 from celery.result import EagerResult
 
 from celery_redislock.config.arguments import digest
-from celery_redislock.contrib.testing import RedisServer, WorkerProcess, counting_client
+from celery_redislock.contrib.testing import RedisServer, WorkerProcess
 from celery_redislock.engine import Lease, LockEngine
 from celery_redislock.engine.holders import holder_id
 from celery_redislock.engine.keys import format_key
 from celery_redislock.engine.renewal import Renewer
+from tests.harness import counting_client
 
 from . import workerapp
 from .servers import server_executable, server_version

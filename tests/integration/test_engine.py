@@ -8,9 +8,10 @@ import time
 import pytest
 import redis
 
-from celery_redislock.contrib.testing import RedisServer, counting_client
+from celery_redislock.contrib.testing import RedisServer
 from celery_redislock.engine import AcquireStatus, Lease, LockEngine
 from celery_redislock.engine.scripts import RENEW_CHUNK
+from tests.harness import counting_client
 
 from .helpers import poll, script_calls
 

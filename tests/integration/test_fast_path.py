@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from celery_redislock.contrib.testing import RedisServer, RoundTrips, counting_client
+from celery_redislock.contrib.testing import RedisServer
 from celery_redislock.engine import AcquireResult, AcquireStatus, LockEngine
+from tests.harness import RoundTrips, counting_client
 
 
 @pytest.fixture

@@ -12,10 +12,11 @@ from redis.cluster import RedisCluster
 
 from celery_redislock import OptionError, RedisLock
 from celery_redislock.config.urls import make_client
-from celery_redislock.contrib.testing import ClusterSet, RedisServer, RoundTrips, counting_client
+from celery_redislock.contrib.testing import ClusterSet, RedisServer
 from celery_redislock.engine import AcquireStatus, LockEngine, make_engine
 from celery_redislock.engine.keys import fence_key
 from celery_redislock.engine.lock_engine import FENCE_KEEP_MS
+from tests.harness import RoundTrips, counting_client
 
 
 @pytest.fixture

@@ -9,8 +9,9 @@ import pytest
 import redis
 
 from celery_redislock import LockAcquireError, LockError, LockNotOwnedError, OptionError, RedisLock
-from celery_redislock.contrib.testing import RedisServer, counting_client
+from celery_redislock.contrib.testing import RedisServer
 from celery_redislock.engine.renewal import get_renewer
+from tests.harness import counting_client
 
 from .helpers import contenders, inside_function, killed_holder, poll
 

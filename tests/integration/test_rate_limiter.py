@@ -14,7 +14,8 @@ from redis.cluster import RedisCluster
 
 from celery_redislock import OptionError, RedisRateLimiter
 from celery_redislock.config.urls import make_client
-from celery_redislock.contrib.testing import ClusterSet, GrantRecorder, SentinelSet, most_in_a_window, poll
+from celery_redislock.contrib.testing import ClusterSet, SentinelSet, poll
+from tests.harness import GrantRecorder, most_in_a_window
 
 
 def contend(limiter_of: Callable[[], RedisRateLimiter], threads: int, seconds: float) -> int:

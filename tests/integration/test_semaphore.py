@@ -10,9 +10,10 @@ import pytest
 import redis
 
 from celery_redislock import LockAcquireError, LockNotOwnedError, OptionError, RedisSemaphore
-from celery_redislock.contrib.testing import RedisServer, counting_client
+from celery_redislock.contrib.testing import RedisServer
 from celery_redislock.engine import AcquireStatus, Lease, SemaphoreEngine, SemaphoreLease
 from celery_redislock.engine.renewal import LeaseEvent, add_listener, get_renewer, remove_listener
+from tests.harness import counting_client
 
 from .helpers import contenders, holder_process, inside_function, killed_holder, poll
 

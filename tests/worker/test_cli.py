@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from celery_redislock.config.arguments import digest
-from celery_redislock.contrib.testing import RedisServer, TestCA, free_port
 from celery_redislock.engine.keys import format_key
+from tests.harness import TestCA, TLSRedisServer, free_port
 
 from .conftest import poll
 
@@ -329,7 +329,7 @@ def test_redis_unreachable_is_one_error_line(celery_cmd: Callable[..., Run], arg
 
 
 def test_a_failed_tls_set_up_is_one_error_line_naming_the_setting(
-    celery_cmd: Callable[..., Run], tls_server: RedisServer, other_ca: TestCA
+    celery_cmd: Callable[..., Run], tls_server: TLSRedisServer, other_ca: TestCA
 ) -> None:
     celery = celery_cmd(
         redislock_url=tls_server.tls_url, redislock_use_ssl={"ssl_ca_certs": str(other_ca.ca_certs)}

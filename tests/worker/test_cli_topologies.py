@@ -9,7 +9,8 @@ from typing import Any
 from redis.cluster import RedisCluster
 
 from celery_redislock.config.urls import make_client
-from celery_redislock.contrib.testing import ClusterSet, SentinelSet, free_port
+from celery_redislock.contrib.testing import ClusterSet, SentinelSet
+from tests.harness import free_port
 
 from .test_cli import ADD, REPORT, Run, celery_cmd, lock_key
 

@@ -10,8 +10,8 @@ import redis
 from kombu.exceptions import OperationalError
 
 from celery_redislock import DuplicateTaskError, SingletonTask
-from celery_redislock.contrib.testing import free_port
 from celery_redislock.integration.runtime import reset_runtime
+from tests.harness import free_port
 
 from .conftest import lock_keys, poll, queued_count
 

@@ -16,9 +16,10 @@ import redis
 from celery import Celery
 
 from celery_redislock import DuplicateTaskError, OptionError, SingletonTask
-from celery_redislock.contrib.testing import RedisServer, counting_client
+from celery_redislock.contrib.testing import RedisServer
 from celery_redislock.engine import SemaphoreEngine
 from celery_redislock.integration.runtime import runtime_for
+from tests.harness import counting_client
 
 from .conftest import WorkerProcess, lock_keys, open_gate, poll, wait_started, worker_module
 from .test_cli import Run, celery, celery_cmd, lock_key  # noqa: F401  (the CLI fixtures)

@@ -20,10 +20,11 @@ from celery import Celery
 from celery_redislock import SingletonTask
 from celery_redislock.config.arguments import KeyBuilder
 from celery_redislock.config.urls import make_client
-from celery_redislock.contrib.testing import GrantRecorder, RedisServer, most_in_a_window, starts_per_period
+from celery_redislock.contrib.testing import RedisServer
 from celery_redislock.integration.runtime import run_function, runtime_for
 from celery_redislock.modes.rate_limit import rate_key
 from celery_redislock.signals import task_rate_limited
+from tests.harness import GrantRecorder, most_in_a_window, starts_per_period
 
 from .conftest import WorkerProcess, poll, stats_of
 from .mode_harness import ModeTask

@@ -13,10 +13,11 @@ from celery import chord, group
 from celery.exceptions import ChordError
 
 from celery_redislock import DuplicateTaskError, LockUnavailableError, OptionError, SingletonTask
-from celery_redislock.contrib.testing import RedisServer, conditional_delete_of, counting_client
+from celery_redislock.contrib.testing import RedisServer
 from celery_redislock.engine import LockEngine
 from celery_redislock.integration.runtime import runtime_for
 from celery_redislock.ops.stats import counters
+from tests.harness import conditional_delete_of, counting_client
 
 from .conftest import lock_keys, poll
 

@@ -13,15 +13,14 @@ import redis
 from celery import Celery
 
 from celery_redislock import RedisTLSError, SingletonTask
-from celery_redislock.contrib.testing import RedisServer, TestCA
+from tests.harness import TestCA, TLSRedisServer
 
 from .conftest import lock_keys
 
 
-def tls_app(make_app: Callable[..., Celery], server: RedisServer, **conf: Any) -> Celery:
+def tls_app(make_app: Callable[..., Celery], server: TLSRedisServer, **conf: Any) -> Celery:
     """An app whose broker is not Redis (so the lock URL is the result backend's) and whose
     results are on the TLS port, as managed Redis with in-transit encryption is configured."""
-    assert server.tls is not None
     settings: dict[str, Any] = {
         "broker_url": "memory://",
         "result_backend": server.tls_url.replace("/0", "/1"),
@@ -35,7 +34,7 @@ def tls_app(make_app: Callable[..., Celery], server: RedisServer, **conf: Any) -
 def test_a_singleton_task_runs_on_a_tls_result_backend(
     make_app: Callable[..., Celery],
     worker: Callable[..., Any],
-    tls_server: RedisServer,
+    tls_server: TLSRedisServer,
     tls_redis: redis.Redis,
 ) -> None:
     app = tls_app(make_app, tls_server)
@@ -56,7 +55,7 @@ def test_a_singleton_task_runs_on_a_tls_result_backend(
 def test_a_wrong_ca_fails_the_task_naming_the_setting(
     make_app: Callable[..., Celery],
     worker: Callable[..., Any],
-    tls_server: RedisServer,
+    tls_server: TLSRedisServer,
     tls_redis: redis.Redis,
     other_ca: TestCA,
 ) -> None:
@@ -83,7 +82,7 @@ def test_a_wrong_ca_fails_the_task_naming_the_setting(
 
 
 def test_a_wrong_ca_refuses_a_send_locked_at_enqueue(
-    make_app: Callable[..., Celery], tls_server: RedisServer, tls_redis: redis.Redis, other_ca: TestCA
+    make_app: Callable[..., Celery], tls_server: TLSRedisServer, tls_redis: redis.Redis, other_ca: TestCA
 ) -> None:
     app = tls_app(
         make_app,

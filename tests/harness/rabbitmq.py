@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .servers import ServerProcess, free_ports, poll, stop_process
+from celery_redislock.contrib.testing.servers import ServerProcess, free_ports, poll, stop_process
 
 __all__ = ["RabbitMQServer", "find_rabbitmq_server"]
 
