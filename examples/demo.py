@@ -28,6 +28,7 @@ import redis
 
 from celery_redislock.config.urls import mask_url
 from celery_redislock.contrib.testing import RedisServer, WorkerNotReady, WorkerProcess
+from celery_redislock.engine.timing import server_time
 
 #: The directory holding the example project (``proj``); the worker and the CLI run from it.
 EXAMPLES = Path(__file__).resolve().parent
@@ -39,6 +40,7 @@ CLI_S = 60.0
 
 _UUID = re.compile(r"\b([0-9a-f]{8})-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 _DIGEST = re.compile(r":([0-9a-f]{8})[0-9a-f]{24}\b")
+_SERVER_MS = re.compile(r"\bat (\d+) \(server ms\)")
 
 
 class DemoError(Exception):
@@ -121,8 +123,8 @@ def wait_for_locks(url: str, prefix: str, count: int, timeout: float = 20.0) -> 
             time.sleep(0.05)  # polling Redis, bounded by the deadline
 
 
-def list_locks(env: dict[str, str]) -> list[str]:
-    """``celery -A proj redislock list --json``, run for real, as a short table."""
+def list_locks(env: dict[str, str], url: str) -> list[str]:
+    """``celery -A proj redislock list --json``, run for real, shown as a short table."""
     done = subprocess.run(
         [sys.executable, "-m", "celery", "-A", "proj", "redislock", "list", "--json"],
         cwd=EXAMPLES,
@@ -134,13 +136,25 @@ def list_locks(env: dict[str, str]) -> list[str]:
     if done.returncode != 0:
         raise DemoError(f"celery redislock list exited with {done.returncode}: {done.stderr.strip()}")
     locks: list[dict[str, Any]] = json.loads(done.stdout)
+    with redis.Redis.from_url(url) as client:
+        now = server_time(client)
     rows = [("KEY", "HOLDER", "TTL")]
-    rows += [(shorten(lock["key"]), shorten(lock["holder"]), f"{lock['ttl']:.1f}s") for lock in locks]
+    rows += [(shorten(lock["key"]), readable(lock["holder"], now), ttl_text(lock["ttl"])) for lock in locks]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = [f"  {key:<{widths[0]}}  {holder:<{widths[1]}}  {ttl:>{widths[2]}}" for key, holder, ttl in rows]
     # What the dedup modes keep beside the locks ({lock key}:latest, ...) is listed after them.
     modes = sum(1 for lock in locks if lock["key"].startswith("{"))
     return [*lines, f"  {len(locks) - modes} lock(s) held" + (f", {modes} mode key(s)" if modes else "")]
+
+
+def readable(text: str, now: float) -> str:
+    """``shorten(text)``, and a server time in ms (a debounced burst's start) as its age by the
+    same server's clock ``now``: an epoch in ms tells a reader nothing."""
+    return _SERVER_MS.sub(lambda found: f"{now - int(found[1]) / 1000:.1f}s ago", shorten(text))
+
+
+def ttl_text(ttl: float | None) -> str:
+    return "none" if ttl is None else f"{ttl:.1f}s"
 
 
 def forget_results(sent: list[Any]) -> None:
@@ -200,8 +214,8 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
         raise DemoError(f"the worker did not take the tasks: {exc}") from None
 
     wait_for_locks(url, app.conf.get("redislock_key_prefix") or "redislock", count=2)
-    say("\n$ celery -A proj redislock list --json     (while they run; ids shortened)")
-    for line in list_locks(env):
+    say("\nWhat is held while they run (celery -A proj redislock list --json, as a table; ids shortened):")
+    for line in list_locks(env, url):
         say(line)
 
     try:
@@ -220,14 +234,17 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
     say("\nWhat happened:")
     for line in burst.tally(outcomes):
         say(f"  {line}")
-    say("  worker counters (celery inspect redislock_stats):")
+    say("  worker counters (celery inspect redislock_stats; its skipped counts the raised too):")
     say(f"    {worker_stats(app, node)}")
     found = burst.problems(outcomes)
     if found:
         raise DemoError("; ".join(found))
     if not any("Skipped duplicate" in line for line in duplicates):
         raise DemoError("the worker logged no 'Skipped duplicate' line")
-    say("\nEvery task ran or was skipped as a duplicate; no two runs of one key overlapped.\n")
+    say(
+        "\nEvery call ran or was refused as a duplicate (skipped, or raised where on_duplicate is"
+        ' "raise"); no two runs of one key overlapped.\n'
+    )
 
 
 def _interrupt(signum: int, frame: Any) -> None:

@@ -27,7 +27,8 @@ __all__ = ["redislock"]
 #: Lines printed per write: a million rows print in a second, not a minute.
 LINES_PER_WRITE = 1000
 
-#: A purge that was not confirmed (stdin not a terminal, no --yes): click's usage-error code.
+#: A release or purge that was not confirmed (stdin not a terminal, no --yes): click's
+#: usage-error code.
 EXIT_NOT_CONFIRMED = 2
 
 _quote = json.encoder.encode_basestring_ascii
@@ -74,6 +75,16 @@ def _redis_errors(command: _F) -> _F:
 
 def _interactive() -> bool:
     return sys.stdin is not None and sys.stdin.isatty()
+
+
+def _refuse_unconfirmed(yes: bool, action: str) -> None:
+    """A command that deletes asks on a terminal; elsewhere (a script, cron, CI) it deletes only
+    when told to with --yes, so that a script never deletes without having said so."""
+    if not yes and not _interactive():
+        raise CeleryCommandException(
+            f"refusing to {action} without confirmation: stdin is not a terminal; pass --yes",
+            EXIT_NOT_CONFIRMED,
+        )
 
 
 def _check_task_name(name: str | None) -> None:
@@ -160,6 +171,15 @@ def _flag(*decls: str, text: str, group: str) -> Callable[[_F], _F]:
     return click.option(*decls, cls=CeleryOption, is_flag=True, help=text, help_group=group)
 
 
+def _yes_flag(group: str) -> Callable[[_F], _F]:
+    return _flag(
+        "-y",
+        "--yes",
+        text="Do not ask for confirmation; required when stdin is not a terminal.",
+        group=group,
+    )
+
+
 @click.group(name="redislock")
 @click.pass_context
 @handle_preload_options
@@ -201,19 +221,18 @@ def list_(ctx: click.Context, task: str | None, as_json: bool) -> None:
 
 @redislock.command(cls=CeleryCommand)
 @click.argument("key")
-@_flag(
-    "-y",
-    "--yes",
-    text="Do not ask for confirmation (only asked when stdin is a terminal).",
-    group="Release Options",
-)
+@_yes_flag("Release Options")
 @click.pass_context
 @_redis_errors
 def release(ctx: click.Context, key: str, yes: bool) -> None:
-    """Delete the lock KEY, whoever holds it.
+    """Free the lock KEY if its holder is unchanged.
 
-    Asks for confirmation when stdin is a terminal, unless --yes; a script
-    (stdin not a terminal) names the key it releases, so it is not asked.
+    Reads who holds KEY, then deletes it only if that holder still holds it
+    (compare-and-delete: a lock taken since is left alone), and wakes the
+    tasks waiting for it. For a max_concurrency key, gives back the slots of
+    the holders it read. Asks for confirmation when stdin is a terminal,
+    unless --yes. When stdin is not a terminal it refuses (exit code 2)
+    unless --yes is given.
     """
     runtime = _runtime(ctx)
     prefix = runtime.settings.key_prefix
@@ -226,6 +245,7 @@ def release(ctx: click.Context, key: str, yes: bool) -> None:
             f"{key!r} is not a lock key under prefix {prefix!r} (keys look like {prefix}:<task>:<digest>)",
             EX_FAILURE,
         )
+    _refuse_unconfirmed(yes, f"release {key}")
     if _release_slots(ctx, runtime, key, yes):
         return
     engine = runtime.engine
@@ -259,12 +279,7 @@ def _release_slots(ctx: click.Context, runtime: Runtime, key: str, yes: bool) ->
 
 @redislock.command(cls=CeleryCommand)
 @_task_option("Purge Options")
-@_flag(
-    "-y",
-    "--yes",
-    text="Do not ask for confirmation; required when stdin is not a terminal.",
-    group="Purge Options",
-)
+@_yes_flag("Purge Options")
 @_flag("-v", "--verbose", text="Print each removed key.", group="Purge Options")
 @click.pass_context
 @_redis_errors
@@ -277,11 +292,7 @@ def purge(ctx: click.Context, task: str | None, yes: bool, verbose: bool) -> Non
     ends with the calls or the window it records.
     """
     _check_task_name(task)
-    if not yes and not _interactive():
-        raise CeleryCommandException(
-            "refusing to purge locks without confirmation: stdin is not a terminal; pass --yes",
-            EXIT_NOT_CONFIRMED,
-        )
+    _refuse_unconfirmed(yes, "purge locks")
     runtime = _runtime(ctx)
     cli = _cli(ctx)
     if not yes:

@@ -117,13 +117,15 @@ def _wait_taken(result: AsyncResult[Any], label: str, timeout: float, running: b
 
 @dataclass
 class Outcome:
-    """What became of a group: every message sent either ran or was a duplicate not run."""
+    """What became of a group: every message sent either ran or was a duplicate not run,
+    skipped (``on_duplicate="skip"``, the modes) or raised (``on_duplicate="raise"``)."""
 
     group: Group
     calls: int
     sent: int
     ran: int = 0
     skipped: int = 0
+    raised: int = 0
     failed: list[str] = field(default_factory=list)
     runs: list[dict[str, Any]] = field(default_factory=list)
 
@@ -152,25 +154,39 @@ def collect(sent: list[Sent], timeout: float = 120.0) -> list[Outcome]:
                 outcome.ran += 1
                 outcome.runs.append(value)
             elif isinstance(value, DuplicateTaskError):
-                outcome.skipped += 1
+                # A raised duplicate failed through Celery's failure path, which stores its
+                # traceback; a skipped one is stored as a FAILURE without one (nothing failed).
+                if result.traceback:
+                    outcome.raised += 1
+                else:
+                    outcome.skipped += 1
             else:
                 outcome.failed.append(f"{item.group.label} [{result.id}]: {result.state} {value!r}")
         outcomes.append(outcome)
     return outcomes
 
 
+#: The tally's counted columns, each an ``Outcome`` attribute.
+COLUMNS = ("calls", "sent", "ran", "skipped", "raised")
+
+
 def tally(outcomes: list[Outcome]) -> list[str]:
-    """A table: per group, calls made, tasks sent, how many ran and how many were skipped."""
-    rows: list[tuple[str, ...]] = [("", "calls", "sent", "ran", "skipped", "")]
+    """A table: per group, calls made, tasks sent, how many ran, were skipped, raised."""
+    rows: list[tuple[str, ...]] = [("", *COLUMNS, "")]
     for o in outcomes:
         note = o.group.handling + ("; RUNS OVERLAPPED" if o.overlapped else "")
-        rows.append((o.group.label, str(o.calls), str(o.sent), str(o.ran), str(o.skipped), note))
-    total = [sum(getattr(o, name) for o in outcomes) for name in ("calls", "sent", "ran", "skipped")]
+        rows.append((o.group.label, *(str(getattr(o, name)) for name in COLUMNS), note))
+    total = [sum(getattr(o, name) for o in outcomes) for name in COLUMNS]
     rows.append(("total", *map(str, total), ""))
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    counted = len(COLUMNS) + 1
+    widths = [max(len(row[i]) for row in rows) for i in range(counted)]
     return [
         "  ".join(
-            [row[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(row[1:5], widths[1:])), row[5]]
+            [
+                row[0].ljust(widths[0]),
+                *(cell.rjust(w) for cell, w in zip(row[1:counted], widths[1:])),
+                row[counted],
+            ]
         ).rstrip()
         for row in rows
     ]

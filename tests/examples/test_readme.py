@@ -8,8 +8,10 @@ the test of that name, and every Python block of the README has one. The test wr
   it records each call and blocks until the test lets the bodies finish;
 - the README's ``redis://localhost:6379/N`` becomes the test server's, and its tasks are
   registered ``shared=False`` (no other app of the test process sees them);
-- a worker runs in the test's process (threads pool, two threads);
-- a ``# while it runs`` comment in a block is where the test waits for the first body to start.
+- a worker runs in the test's process (threads pool, two threads).
+
+Nothing is inserted into a block: what a reader copies is what runs. A test that needs a body
+to end at a moment of its own (``work.finish()``) does it from outside the block (a signal).
 
 Self-contained (its own server and worker, no conftest fixtures), so that ``.ci/package-check``
 runs the quick start with the built wheel in a clean venv:
@@ -36,11 +38,10 @@ from kombu.asynchronous import set_event_loop
 from celery_redislock import DuplicateTaskError, SingletonTask
 from celery_redislock.contrib.testing import RedisServer, poll
 from celery_redislock.integration.runtime import reset_runtime
-from celery_redislock.signals import task_rate_limited
+from celery_redislock.signals import task_duplicate, task_rate_limited
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 MARKER = re.compile(r"<!-- readme-test: ([\w-]+) -->\n```python\n(.*?)\n```", re.S)
-WHILE_IT_RUNS = re.compile(r"^# while it runs.*$", re.M)
 _names = itertools.count()
 
 
@@ -101,18 +102,13 @@ class Readme:
             set_as_current=False,
         )
 
-    def run(self, name: str, *, while_it_runs: bool = False) -> str:
-        """Runs block ``name``; returns what it printed."""
+    def run(self, name: str) -> str:
+        """Runs block ``name``, as it is; returns what it printed."""
         source = readme_blocks()[name].replace("redis://localhost:6379", self.base)
         source = source.replace("@app.task(", "@app.task(shared=False, ")
-        parts = WHILE_IT_RUNS.split(source)
-        assert len(parts) == (2 if while_it_runs else 1), f"README block {name}: '# while it runs' lines"
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            for i, part in enumerate(parts):
-                if i:
-                    self.work.wait_started()
-                exec(compile(part, f"README.md[{name}]", "exec"), self.namespace)
+            exec(compile(source, f"README.md[{name}]", "exec"), self.namespace)
         return out.getvalue()
 
     def __getattr__(self, name: str) -> Any:  # the names the blocks defined
@@ -176,11 +172,27 @@ def test_every_python_block_of_the_readme_is_run_by_a_test() -> None:
 
 def test_quickstart(readme: Readme) -> None:
     readme.run("quickstart")
-    with readme.worker():
-        printed = readme.run("quickstart-calls", while_it_runs=True)
-        assert printed == "True\n"  # the duplicate's get() raised at once, naming the first call
+    # The running body ends once the other call has been refused: "your code" outlasts the
+    # decision on its duplicate, whichever of the two took the lock.
+    refused: list[str] = []
+
+    def on_duplicate(sender: Any = None, **info: Any) -> None:
+        refused.append(info["holder"])
         readme.work.finish()
-        assert readme.first.get(timeout=10) is None
+
+    task_duplicate.connect(on_duplicate, weak=False)
+    try:
+        with readme.worker():
+            printed = readme.run("quickstart-calls")
+    finally:
+        task_duplicate.disconnect(on_duplicate)
+    ids = [call.id for call in readme.calls]
+    lines = sorted(printed.splitlines(), key=lambda line: "skipped" in line)
+    assert len(lines) == 2, printed
+    ran, skipped = lines[0].split(), lines[1].split()
+    assert ran[1:] == ["ran"] and skipped[1:4] == ["skipped,", "held", "by"], printed
+    assert sorted([ran[0], skipped[0]]) == sorted(ids) and skipped[4] == ran[0], printed
+    assert len(refused) == 1 and refused[0].startswith(f"{ran[0]}@"), refused
     assert readme.work.args() == [(1,)]
 
 

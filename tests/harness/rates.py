@@ -1,4 +1,4 @@
-"""Checking a rate limit from outside: the starts a partition's log records (each entry names its
+"""Checking a rate limit from outside: the starts a partition's log records (each scored by its
 server time), collected while it runs; the most of them any window of one period holds, and how
 many a period a drain had."""
 
@@ -33,20 +33,21 @@ def starts_per_period(times: Sequence[float], period: float) -> float:
 class GrantRecorder:
     """Collects every start the rate limiter's log at ``key`` records, reading it (``client``, a
     Redis or cluster client) more often than its entries leave it: a thread, named, stopped by
-    ``stop()``, which returns the starts' server times, sorted."""
+    ``stop()``, which returns the starts' server times in seconds, sorted."""
 
     def __init__(self, client: Any, key: str, interval: float = 0.05) -> None:
         self._client = client
         self._key = key
         self._interval = interval
-        self._seen: dict[bytes, float] = {}
+        # (member, score): a member granted again later is another start.
+        self._seen: set[tuple[bytes, float]] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"grant-recorder:{key}", daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
         entries = self._client.zrange(self._key, 0, -1, withscores=True)
-        self._seen.update((m, score) for m, score in entries if m.startswith(b"g:"))
+        self._seen.update((member, score) for member, score in entries if member.startswith(b"g:"))
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -57,5 +58,6 @@ class GrantRecorder:
         self._stop.set()
         self._thread.join(5)
         self._read()
-        # A grant's score is its server time in ms (lua/rate_limit.lua).
-        return sorted(score / 1000 for score in self._seen.values())
+        # A grant's score is its server time in ms, the time the limiter decides by
+        # (lua/rate_limit.lua); its member's text is the limiter's own business.
+        return sorted(score / 1000 for _, score in self._seen)

@@ -21,7 +21,42 @@ from tests.harness import TestCA, TLSRedisServer, free_port
 
 from .conftest import poll
 
-Run = Callable[..., subprocess.CompletedProcess[str]]
+
+class Run:
+    """``run("redislock", "list")`` runs ``celery -A <module> redislock list`` to its end;
+    ``run.start(...)`` starts it (a ``Popen``) for a test that talks to it while it runs."""
+
+    def __init__(self, module: str, cwd: Path) -> None:
+        self.module = module
+        self.cwd = cwd
+
+    def __call__(self, *args: str, stdin: Any = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self._argv(args),
+            cwd=self.cwd,
+            env=self._env(),
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def start(self, *args: str, stdin: Any) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            self._argv(args),
+            cwd=self.cwd,
+            env=self._env(),
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    def _argv(self, args: tuple[str, ...]) -> list[str]:
+        return [sys.executable, "-m", "celery", "-A", self.module, *args]
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONPATH": str(self.cwd)}
+
 
 APP_SOURCE = """
 from celery import Celery
@@ -49,19 +84,7 @@ def celery_cmd(tmp_path: Path, urls: dict[str, str]) -> Callable[..., Run]:
             settings["locks"] = conf.pop("redislock_url")
         module = f"cliapp{next(modules)}"
         (tmp_path / f"{module}.py").write_text(textwrap.dedent(APP_SOURCE.format(extra=conf, **settings)))
-
-        def run(*args: str, stdin: Any = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                [sys.executable, "-m", "celery", "-A", module, *args],
-                cwd=tmp_path,
-                env={**os.environ, "PYTHONPATH": str(tmp_path)},
-                stdin=stdin,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-
-        return run
+        return Run(module, tmp_path)
 
     return make
 
@@ -205,15 +228,28 @@ def test_release_deletes_the_lock_and_wakes_waiters(
         waiter.close()
 
 
-def test_release_without_yes_and_stdin_not_a_terminal_proceeds(
+def test_release_without_yes_and_stdin_not_a_terminal_refuses(
     celery: Run, held: dict[str, str], locks: redis.Redis
 ) -> None:
-    # Decided: a script names the key it releases, so it is not asked (purge, in bulk, is).
+    # As purge does: a script deletes only when it says so with --yes.
     key = lock_key(REPORT, "c")
     result = celery("redislock", "release", key)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == f"Released {key} (held by {held[key]})\n"
-    assert locks.exists(key) == 0
+    assert result.returncode == 2
+    assert error_line(result) == (
+        f"Error: refusing to release {key} without confirmation: stdin is not a terminal; pass --yes"
+    )
+    assert result.stdout == ""
+    assert remaining(locks) == set(held) | set(NOT_LOCKS)
+
+
+def test_release_and_purge_help_say_what_they_do(celery: Run) -> None:
+    release = " ".join(celery("redislock", "release", "--help").stdout.split())
+    assert "Free the lock KEY if its holder is unchanged." in release
+    assert "whoever holds it" not in release
+    for command in ("release", "purge"):
+        text = " ".join(celery("redislock", command, "--help").stdout.split())
+        assert "When stdin is not a terminal it refuses (exit code 2) unless --yes is given." in text
+        assert "-y, --yes Do not ask for confirmation; required when stdin is not a terminal." in text
 
 
 def test_release_of_a_missing_key_fails_in_one_line(celery: Run, held: dict[str, str]) -> None:
@@ -311,6 +347,33 @@ def test_release_on_a_terminal_asks_first(celery: Run, held: dict[str, str], loc
     assert f"Release {key} (held by {held[key]})? [y/N]" in result.stdout
     assert result.returncode == 1
     assert locks.exists(key) == 1
+
+
+def test_release_leaves_a_lock_whose_holder_changed_while_it_asked(
+    celery: Run, held: dict[str, str], locks: redis.Redis
+) -> None:
+    key = lock_key(ADD, "b")
+    master, slave = pty.openpty()
+    try:
+        proc = celery.start("redislock", "release", key, stdin=slave)
+        assert proc.stdout is not None
+        asked = b""
+        while b"[y/N]" not in asked:  # the prompt, once the holder has been read
+            chunk = proc.stdout.read1(1024)
+            assert chunk, f"no prompt: {asked!r} {proc.stderr.read() if proc.stderr else b''!r}"
+            asked += chunk
+        locks.set(key, "thief@worker3:303:1", px=30_000)  # taken by another since it was read
+        os.write(master, b"y\n")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert f"Release {key} (held by {held[key]})? [y/N]" in (asked + out).decode()
+    assert proc.returncode == 1
+    assert err.decode().splitlines() == [
+        f"Error: Lock {key} was not released: it is now held by thief@worker3:303:1"
+    ]
+    assert locks.get(key) == b"thief@worker3:303:1"
 
 
 # -- errors ------------------------------------------------------------------------------------
