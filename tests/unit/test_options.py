@@ -469,6 +469,7 @@ def test_read_settings_defaults() -> None:
         queues={},
         ssl_source="broker_use_ssl",
         max_postpone=1800.0,  # half of kombu's visibility timeout
+        url_setting="broker_url",
     )
     assert read_settings({**SETTING_DEFAULTS, **BROKER}) == s
 
