@@ -6,13 +6,12 @@ import difflib
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Optional, Union, get_args
+from typing import Any, Literal, get_args
 
 from ..engine.checks import (
     BadValue,
     check_count,
     check_flag,
-    got,
     non_negative_seconds,
     number_text,
     one_of,
@@ -20,8 +19,8 @@ from ..engine.checks import (
     positive_seconds,
 )
 from ..engine.timing import DEFAULT_TIMEOUT, renew_interval, to_ms
-from ..errors import OptionError, short_repr
-from .arguments import LockKeyFunc
+from ..errors import OptionError
+from .arguments import LockKey, LockKeyFunc, check_lock_key
 from .mode_rules import mode_clash
 from .schema import LOCK, OptionSpec, add_options, option_names, option_specs, spec_of
 
@@ -53,7 +52,6 @@ LockOn = Literal["execute", "enqueue"]
 LockUntil = Literal["finished", "started"]
 OnRedisError = Literal["retry", "run", "fail"]
 SkipResult = Literal["failure", "success", "ignore"]
-LockKey = Optional[Union[tuple[str, ...], LockKeyFunc]]
 
 
 @dataclass(frozen=True, init=False)
@@ -135,32 +133,6 @@ class LockOptions:
 
 
 # --- validation of one layer ----------------------------------------------------------------
-
-
-def check_lock_key(value: Any) -> LockKey:
-    """``lock_key``'s forms, checked: also the check of a mode's option that takes them."""
-    what = "must be None, a list of argument names or a callable (task, args, kwargs) -> str"
-    if value is None:
-        return None
-    if isinstance(value, str):
-        # A str is a sequence of one-letter names; almost surely ["name"] was meant.
-        shown = got(value, wrong_type=True)
-        raise BadValue(f"{what}, {shown}; write [{value!r}] to lock on that argument")
-    if isinstance(value, (list, tuple)):
-        # Empty is allowed: no argument in the key, so one execution of the task at a time
-        # whatever its arguments (celery-once's ``keys: []``).
-        seen: set[str] = set()
-        for item in value:
-            if not isinstance(item, str) or not item:
-                raise BadValue(f"{what}, got {short_repr(value)}: {short_repr(item)} is not an argument name")
-            if item in seen:
-                raise BadValue(f"{what}, got {short_repr(value)}: {item!r} is listed twice")
-            seen.add(item)
-        return tuple(value)
-    if callable(value):
-        func: LockKeyFunc = value
-        return func
-    raise BadValue(f"{what}, {got(value, wrong_type=True)}")
 
 
 def _spec(name: str, check: Callable[[Any], Any], kind: str, doc: str) -> OptionSpec:
