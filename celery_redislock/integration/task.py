@@ -9,7 +9,6 @@ from celery import Celery, Task
 from celery.exceptions import Retry
 
 from ..config.arguments import KEY_HEADER, KeyBuilder
-from ..config.keywords import check_keywords
 from ..config.options import LockOptions
 from ..config.schema import option_specs
 from ..engine.holders import handover_id, queued_id, task_id_of
@@ -19,6 +18,7 @@ from ..errors import DuplicateTaskError
 from . import outcomes
 from . import sending as enqueue
 from .acquisition import Execution, Holding, Refused
+from .keywords import check_keywords
 from .mode import Plan, Send, registered
 from .plain import PlainMode  # noqa: F401  (imported: registers the default mode)
 from .queues import QUEUE_FIELD

@@ -347,3 +347,17 @@ def test_lua_is_read_and_registered_by_the_engine_alone() -> None:
         if unit(module) != "engine"
     ]
     assert not outside, "Lua read or run outside the engine:\n  " + "\n  ".join(outside)
+
+
+def test_importing_the_config_loads_no_celery() -> None:
+    # config reads and validates; what knows Celery (a task's keywords, its attributes) is the
+    # glue's. A process of its own, every config module imported.
+    config = sorted(module for module in MODULES if unit(module) == "config")
+    code = (
+        "import importlib, sys\n"
+        f"for name in {config!r}: importlib.import_module(name)\n"
+        "print(' '.join(sorted(m for m in sys.modules if m == 'celery' or m.startswith('celery.'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert not done.stdout.strip(), f"importing the config loaded Celery: {done.stdout.strip()}"

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import celery_redislock.modes  # noqa: F401  (registers the modes and their options)
-from celery_redislock.config.keywords import CLOSE_TO_OPTION, PEER_OPTIONS, check_task_keywords
+from celery_redislock.compat.peer_keywords import PEER_OPTIONS
 from celery_redislock.config.options import (
     LockOptions,
     option_names,
@@ -24,6 +24,7 @@ from celery_redislock.config.options import (
 from celery_redislock.config.settings import SETTING_DEFAULTS, AppSettings, read_settings
 from celery_redislock.config.urls import mask_url, resolve_redis_url
 from celery_redislock.errors import ConfigurationError, OptionError, RedisURLError
+from celery_redislock.integration.keywords import CLOSE_TO_OPTION, check_task_keywords
 
 OPTION_NAMES = option_names()
 
