@@ -15,6 +15,7 @@ from ..config.options import option_names, source_task, unknown_option
 from ..errors import OptionError
 
 __all__ = [
+    "CELERY_NAMES",
     "CELERY_TASK_KEYWORDS",
     "CLOSE_TO_OPTION",
     "PeerOption",
@@ -86,8 +87,9 @@ CELERY_TASK_KEYWORDS = frozenset(
     }
 )
 
+#: What Celery itself reads on a task: ``celery.Task``'s attributes and ``CELERY_TASK_KEYWORDS``.
 # dir(), not hasattr(): Task.app is a class property that would bind celery.Task to an app.
-_CELERY_NAMES = frozenset(dir(Task)) | CELERY_TASK_KEYWORDS
+CELERY_NAMES = frozenset(dir(Task)) | CELERY_TASK_KEYWORDS
 
 
 def _is_code(value: Any) -> bool:
@@ -115,7 +117,7 @@ def user_keywords(task_class: type, base: type) -> dict[str, Any]:
         for name, value in own.items():
             if name.startswith("_") or name in found or name in option_names() or name in consumed:
                 continue
-            if name in _CELERY_NAMES:
+            if name in CELERY_NAMES:
                 continue
             if not decorated and _is_code(value):
                 continue

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -154,20 +156,22 @@ def test_settings_name_the_setting_their_url_came_from(conf: dict[str, Any], set
 
 @pytest.mark.parametrize("setting", ["broker_url", "result_backend"])
 def test_the_worker_check_names_the_setting_of_a_url_redis_py_cannot_parse(setting: str) -> None:
-    # Parsed when the app's runtime is made, not connected: no server needed.
-    from celery import Celery
+    # Parsed when the app's runtime is made, not connected: no server needed. A process of its
+    # own: finalizing an app here would also register the other tests' shared tasks.
+    probe = f"""
+from celery import Celery
+from celery_redislock import SingletonTask
+from celery_redislock.integration.bootstep import check_app
+app = Celery("topology", set_as_current=False)
+app.conf.update({{"broker_url": "amqp://guest@b//", "result_backend": "rpc://", {setting!r}: "redis://h:notaport/0"}})
 
-    from celery_redislock import SingletonTask
-    from celery_redislock.integration.bootstep import check_app
+@app.task(base=SingletonTask, shared=False)
+def f(): ...
 
-    urls = {"broker_url": "amqp://guest@b//", "result_backend": "rpc://", setting: "redis://h:notaport/0"}
-    app = Celery("topology", set_as_current=False)
-    app.conf.update(urls)
-
-    @app.task(base=SingletonTask, shared=False)
-    def f() -> None: ...
-
-    problem = check_app(app, [])
-    assert problem is not None
+print(check_app(app, []))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    problem = done.stdout.strip()
     assert problem.startswith(f"{setting}: the Redis URL for the locks cannot be parsed"), problem
     assert "notaport" in problem
