@@ -22,7 +22,7 @@ import time
 
 import redis
 
-from celery_redislock.config.urls import make_client
+from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import SentinelSet
 from celery_redislock.engine import Lease, make_engine
 from celery_redislock.engine.renewal import Renewer

@@ -3,7 +3,8 @@
 The lock engine (``RedisLock``, ``RedisSemaphore``, ``RedisRateLimiter`` and what they deal in) and the exceptions
 import no Celery; the Celery names (``SingletonTask``) are loaded on first use, with what
 loading them must do in every process that uses them: register ``inspect redislock_stats``,
-connect the worker lifecycle handlers and the counters, register the dedup modes.
+connect the worker lifecycle handlers and the counters, register the dedup modes and the
+peers' task keywords that the task refuses.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ __version__ = "0.1.0"
 
 #: What loading the Celery integration imports, each for what importing it does (see above).
 _CELERY_PARTS = (".ops.control", ".integration.worker_handlers", ".modes")
+#: Registers celery-once's and celery-singleton's task keywords with the task's keyword check.
+_PEER_KEYWORDS = ".compat.peer_keywords"
 
 
 def __getattr__(name: str) -> Any:
@@ -67,5 +70,7 @@ def __getattr__(name: str) -> Any:
             importlib.import_module(part, __name__)
         task = importlib.import_module(".integration.task", __name__).SingletonTask
         globals()[name] = task
+        # After the name is set: importing compat imports SingletonTask through this package.
+        importlib.import_module(_PEER_KEYWORDS, __name__)
         return task
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

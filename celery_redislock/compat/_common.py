@@ -15,8 +15,9 @@ from celery import Celery, Task
 
 from .. import SingletonTask  # through the package: loads what the Celery integration needs
 from ..config.arguments import KEY_HEADER, KeyBuilder
+from ..config.lock_client import make_client
 from ..config.options import APP_CONFIGURATION, LockOptions, source_task
-from ..config.urls import make_client, resolve_redis_url
+from ..config.urls import resolve_redis_url
 from ..engine import LockEngine, LockInfo, make_engine
 from ..engine.checks import check_argument
 from ..engine.holders import queued_id, task_id_of

@@ -11,8 +11,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime, time
 from decimal import Decimal
-from typing import Any, Callable, Union
+from typing import Any, Callable, Optional, Union
 
+from ..engine.checks import BadValue, got
 from ..engine.keys import DIGEST_LENGTH, format_key, untaggable
 from ..errors import LockKeyError, OptionError, short_repr
 
@@ -20,9 +21,11 @@ __all__ = [
     "KEY_HEADER",
     "MAX_DEPTH",
     "KeyBuilder",
+    "LockKey",
     "LockKeyFunc",
     "LockKeySpec",
     "canonical",
+    "check_lock_key",
     "digest",
 ]
 
@@ -30,6 +33,8 @@ __all__ = [
 LockKeyFunc = Callable[[Any, tuple[Any, ...], dict[str, Any]], str]
 #: What the ``lock_key`` option accepts.
 LockKeySpec = Union[None, Sequence[str], LockKeyFunc]
+#: ``lock_key`` once checked (``check_lock_key``): a list of names is a tuple.
+LockKey = Optional[Union[tuple[str, ...], LockKeyFunc]]
 
 #: Containers nested deeper than this are refused (and recursion stays far from Python's limit).
 MAX_DEPTH = 100
@@ -221,6 +226,34 @@ def _describe(task_name: str, signature: inspect.Signature) -> str:
     return f"{task_name}({', '.join(names)})"
 
 
+def check_lock_key(value: Any) -> LockKey:
+    """``lock_key``'s forms, checked (raising ``BadValue``): the one rule for it, whether the
+    option is validated or a ``KeyBuilder`` is made, and for a mode's option that takes them.
+    Whether the names are the body's arguments is ``KeyBuilder``'s to say."""
+    what = "must be None, a list of argument names or a callable (task, args, kwargs) -> str"
+    if value is None:
+        return None
+    if isinstance(value, str):
+        # A str is a sequence of one-letter names; almost surely ["name"] was meant.
+        shown = got(value, wrong_type=True)
+        raise BadValue(f"{what}, {shown}; write [{value!r}] to lock on that argument")
+    if isinstance(value, (list, tuple)):
+        # Empty is allowed: no argument in the key, so one execution of the task at a time
+        # whatever its arguments (celery-once's ``keys: []``).
+        seen: set[str] = set()
+        for item in value:
+            if not isinstance(item, str) or not item:
+                raise BadValue(f"{what}, got {short_repr(value)}: {short_repr(item)} is not an argument name")
+            if item in seen:
+                raise BadValue(f"{what}, got {short_repr(value)}: {item!r} is listed twice")
+            seen.add(item)
+        return tuple(value)
+    if callable(value):
+        func: LockKeyFunc = value
+        return func
+    raise BadValue(f"{what}, {got(value, wrong_type=True)}")
+
+
 class KeyBuilder:
     """Make the lock key of one task's calls, according to its ``lock_key`` option.
 
@@ -262,43 +295,24 @@ class KeyBuilder:
         # (canonical text of the name, name), sorted like the entries of a canonical dict.
         self._names: list[tuple[str, str]] = []
 
+        try:
+            checked = check_lock_key(lock_key)
+        except BadValue as bad:
+            raise OptionError(option, self.source, str(bad)) from None
         parameters = self._signature.parameters
-        if lock_key is None:
-            selected: Sequence[str] = list(parameters)
-        elif isinstance(lock_key, str):
-            raise OptionError(
-                option,
-                self.source,
-                f"is the str {lock_key!r}; it must be a list of argument names: [{lock_key!r}]",
-            )
-        elif isinstance(lock_key, (list, tuple)):
-            # An empty list selects no argument: one key for every call of the task.
-            for index, name in enumerate(lock_key):
-                if not isinstance(name, str):
-                    raise OptionError(
-                        option,
-                        self.source,
-                        f"must hold argument names (str), not {short_repr(name)}",
-                    )
-                if name in lock_key[:index]:
-                    raise OptionError(option, self.source, f"lists {name!r} twice")
-                if name not in parameters:
-                    raise OptionError(
-                        option,
-                        self.source,
-                        f"names unknown argument {name!r} of {self._described}",
-                    )
-            selected = lock_key
-        elif callable(lock_key):
-            self._func = lock_key
+        if callable(checked):
+            self._func = checked
             return
+        if checked is None:
+            selected: Sequence[str] = list(parameters)
         else:
-            raise OptionError(
-                option,
-                self.source,
-                "must be None, a list of argument names or a callable (task, args, kwargs) -> str, "
-                f"not {_type_name(lock_key)}",
-            )
+            # An empty tuple selects no argument: one key for every call of the task.
+            unknown = next((name for name in checked if name not in parameters), None)
+            if unknown is not None:
+                raise OptionError(
+                    option, self.source, f"names unknown argument {unknown!r} of {self._described}"
+                )
+            selected = checked
         self._names = sorted((_canon(name, 0, set()), name) for name in selected)
         # Binding without inspect for the common signature (named parameters only, no *args,
         # **kwargs or positional-only ones): Signature.bind costs more than the digest itself.

@@ -1,18 +1,18 @@
-"""Lock options: the schema and its defaults, validation of one layer, resolution task > queue > app."""
+"""Lock options: the lock's own, each declared once (a ``LockOption`` of ``LockOptions``),
+validation of one layer, resolution task > queue > app."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, Optional, Union, get_args
+from collections.abc import Mapping
+from typing import Any, Literal, NoReturn, get_args
 
 from ..engine.checks import (
     BadValue,
     check_count,
     check_flag,
-    got,
     non_negative_seconds,
     number_text,
     one_of,
@@ -20,10 +20,10 @@ from ..engine.checks import (
     positive_seconds,
 )
 from ..engine.timing import DEFAULT_TIMEOUT, renew_interval, to_ms
-from ..errors import OptionError, short_repr
-from .arguments import LockKeyFunc
+from ..errors import OptionError
+from .arguments import LockKey, LockKeyFunc, check_lock_key
 from .mode_rules import mode_clash
-from .schema import LOCK, OptionSpec, add_options, option_names, option_specs, spec_of
+from .schema import LockOption, OptionSpec, add_options, option_names, option_specs, spec_of
 
 __all__ = [
     "APP_CONFIGURATION",
@@ -31,7 +31,6 @@ __all__ = [
     "LockKeyFunc",
     "LockOn",
     "LockOptions",
-    "LockUntil",
     "OnDuplicate",
     "OnRedisError",
     "OptionSpec",
@@ -49,48 +48,135 @@ __all__ = [
 
 OnDuplicate = Literal["skip", "retry", "raise", "wait"]
 LockOn = Literal["execute", "enqueue"]
-#: How long a lock taken at enqueue lasts: until the task finished, or until a worker starts it.
-LockUntil = Literal["finished", "started"]
 OnRedisError = Literal["retry", "run", "fail"]
 SkipResult = Literal["failure", "success", "ignore"]
-LockKey = Optional[Union[tuple[str, ...], LockKeyFunc]]
 
 
-@dataclass(frozen=True, init=False)
 class LockOptions:
     """The options of one task consumed from one queue: the lock's own as attributes, every
-    option (a mode's too) through ``value``.
+    option (a mode's too) through ``value``. Frozen, hashable and comparable.
 
+    Each attribute below is the lock's option itself (its spec, ``LockOption``): the one place
+    it is declared, which the schema, the task class and the options reference read.
     Constructing one validates it (source ``LockOptions``), so an instance is always usable.
     """
 
-    lock_timeout: float = DEFAULT_TIMEOUT
-    renew_interval: float | None = None
-    lock_key: LockKey = None
-    on_duplicate: OnDuplicate = "skip"
-    acquire_timeout: float = 10.0
-    retry_countdown: float = 5.0
-    release_on_retry: bool = True
-    lock_on: LockOn = "execute"
-    queued_timeout: float = 3600.0
-    on_redis_error: OnRedisError = "retry"
-    max_concurrency: int = 1
-    lock_until: LockUntil = "finished"
-    fencing: bool = False
-    skip_result: SkipResult = "failure"
+    lock_timeout = LockOption(
+        "lock_timeout",
+        DEFAULT_TIMEOUT,
+        positive_seconds,
+        "Seconds the lock lives in Redis without renewal.",
+        "float",
+    )
+    renew_interval = LockOption(
+        "renew_interval",
+        None,
+        optional_seconds,
+        "Seconds between renewals of a held lock; None: ``lock_timeout / 3``.",
+        "float | None",
+    )
+    lock_key: LockOption[LockKey] = LockOption(
+        "lock_key",
+        None,
+        check_lock_key,
+        "What the key is made of: None (every argument), a list of argument names (``[]``: one "
+        "run of the task at a time, whatever its arguments), or ``(task, args, kwargs) -> str``.",
+        "list[str] | callable | None",
+    )
+    on_duplicate: LockOption[OnDuplicate] = LockOption(
+        "on_duplicate",
+        "skip",
+        one_of(get_args(OnDuplicate)),
+        "What a call whose key is held does: ``skip``, ``retry``, ``raise`` or ``wait``.",
+        "str",
+    )
+    acquire_timeout = LockOption(
+        "acquire_timeout", 10.0, non_negative_seconds, "Seconds ``wait`` waits for the holder.", "float"
+    )
+    retry_countdown = LockOption(
+        "retry_countdown", 5.0, non_negative_seconds, "Countdown of a duplicate's ``retry``.", "float"
+    )
+    release_on_retry = LockOption(
+        "release_on_retry",
+        True,
+        check_flag,
+        "False keeps the lock across ``self.retry()``: the retried run takes it over.",
+        "bool",
+    )
+    lock_on: LockOption[LockOn] = LockOption(
+        "lock_on",
+        "execute",
+        one_of(get_args(LockOn)),
+        "When the lock is taken: ``execute`` (in the worker) or ``enqueue`` (at send).",
+        "str",
+    )
+    queued_timeout = LockOption(
+        "queued_timeout", 3600.0, positive_seconds, "TTL of a lock taken at enqueue.", "float"
+    )
+    on_redis_error: LockOption[OnRedisError] = LockOption(
+        "on_redis_error",
+        "retry",
+        one_of(get_args(OnRedisError)),
+        "When Redis cannot be reached to take the lock: ``retry``, ``run`` (unlocked) or ``fail``.",
+        "str",
+    )
+    max_concurrency = LockOption(
+        "max_concurrency", 1, check_count, "Executions of one key allowed at once.", "int"
+    )
+    fencing = LockOption(
+        "fencing",
+        False,
+        check_flag,
+        "True: each acquisition issues a fencing token (``self.request.redislock.token``).",
+        "bool",
+    )
+    skip_result: LockOption[SkipResult] = LockOption(
+        "skip_result",
+        "failure",
+        one_of(get_args(SkipResult)),
+        "What a skipped call stores: ``failure`` (``DuplicateTaskError``), ``success`` (a dict "
+        "naming the holder) or ``ignore`` (nothing, except in a chord: ``failure``).",
+        "str",
+    )
+
     #: The registered modes' options, ``(name, value)`` in name order: a tuple, so options
     #: stay hashable and comparable.
-    mode_values: tuple[tuple[str, Any], ...] = ()
+    mode_values: tuple[tuple[str, Any], ...]
 
     def __init__(self, **values: Any) -> None:
         defaults = {spec.name: spec.default for spec in option_specs()}
         checked = validate({**defaults, **values}, "LockOptions", merged=True)
-        # Frozen: the normalised values (list -> tuple, int -> float) go in behind the guard.
-        for name, value in checked.items():
-            if name in _LOCK_NAMES:
-                object.__setattr__(self, name, value)
-        modes = tuple(sorted((name, value) for name, value in checked.items() if name not in _LOCK_NAMES))
-        object.__setattr__(self, "mode_values", modes)
+        # Frozen: the normalised values (list -> tuple, int -> float) go in behind the guard,
+        # into the instance's __dict__, where attribute reads find them first.
+        own = vars(self)
+        for name in _LOCK_NAMES:
+            own[name] = checked[name]
+        modes = tuple(sorted((name, value) for name, value in checked.items() if name not in own))
+        own["mode_values"] = modes
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    @functools.cached_property
+    def _values(self) -> tuple[Any, ...]:
+        own = vars(self)
+        return (*(own[name] for name in _LOCK_NAMES), self.mode_values)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LockOptions):
+            return NotImplemented
+        return self._values == other._values
+
+    def __hash__(self) -> int:
+        return hash(self._values)
+
+    def __repr__(self) -> str:
+        own = vars(self)
+        shown = ", ".join(f"{name}={own[name]!r}" for name in _LOCK_NAMES)
+        return f"LockOptions({shown}, mode_values={self.mode_values!r})"
 
     def value(self, name: str) -> Any:
         """The value of the option ``name``, the lock's own or a registered mode's."""
@@ -101,7 +187,7 @@ class LockOptions:
         except KeyError:
             raise AttributeError(f"no option named {name!r} is registered") from None
 
-    # Cached (read on every task): a frozen dataclass still has an instance __dict__.
+    # Cached (read on every task): the instance's own __dict__ takes them.
     @functools.cached_property
     def _mode_values(self) -> dict[str, Any]:
         return dict(self.mode_values)
@@ -134,105 +220,14 @@ class LockOptions:
         return to_ms(self.acquire_timeout, minimum=0)
 
 
-# --- validation of one layer ----------------------------------------------------------------
-
-
-def check_lock_key(value: Any) -> LockKey:
-    """``lock_key``'s forms, checked: also the check of a mode's option that takes them."""
-    what = "must be None, a list of argument names or a callable (task, args, kwargs) -> str"
-    if value is None:
-        return None
-    if isinstance(value, str):
-        # A str is a sequence of one-letter names; almost surely ["name"] was meant.
-        shown = got(value, wrong_type=True)
-        raise BadValue(f"{what}, {shown}; write [{value!r}] to lock on that argument")
-    if isinstance(value, (list, tuple)):
-        # Empty is allowed: no argument in the key, so one execution of the task at a time
-        # whatever its arguments (celery-once's ``keys: []``).
-        seen: set[str] = set()
-        for item in value:
-            if not isinstance(item, str) or not item:
-                raise BadValue(f"{what}, got {short_repr(value)}: {short_repr(item)} is not an argument name")
-            if item in seen:
-                raise BadValue(f"{what}, got {short_repr(value)}: {item!r} is listed twice")
-            seen.add(item)
-        return tuple(value)
-    if callable(value):
-        func: LockKeyFunc = value
-        return func
-    raise BadValue(f"{what}, {got(value, wrong_type=True)}")
-
-
-def _spec(name: str, check: Callable[[Any], Any], kind: str, doc: str) -> OptionSpec:
-    return OptionSpec(name, LockOptions.__dataclass_fields__[name].default, check, doc, kind, LOCK)
-
-
-add_options(
-    [
-        _spec("lock_timeout", positive_seconds, "float", "Seconds the lock lives in Redis without renewal."),
-        _spec(
-            "renew_interval",
-            optional_seconds,
-            "float | None",
-            "Seconds between renewals of a held lock; None: ``lock_timeout / 3``.",
-        ),
-        _spec(
-            "lock_key",
-            check_lock_key,
-            "list[str] | callable | None",
-            "What the key is made of: None (every argument), a list of argument names (``[]``: one "
-            "run of the task at a time, whatever its arguments), or ``(task, args, kwargs) -> str``.",
-        ),
-        _spec(
-            "on_duplicate",
-            one_of(get_args(OnDuplicate)),
-            "str",
-            "What a call whose key is held does: ``skip``, ``retry``, ``raise`` or ``wait``.",
-        ),
-        _spec("acquire_timeout", non_negative_seconds, "float", "Seconds ``wait`` waits for the holder."),
-        _spec("retry_countdown", non_negative_seconds, "float", "Countdown of a duplicate's ``retry``."),
-        _spec(
-            "release_on_retry",
-            check_flag,
-            "bool",
-            "False keeps the lock across ``self.retry()``: the retried run takes it over.",
-        ),
-        _spec(
-            "lock_on",
-            one_of(get_args(LockOn)),
-            "str",
-            "When the lock is taken: ``execute`` (in the worker) or ``enqueue`` (at send).",
-        ),
-        _spec("queued_timeout", positive_seconds, "float", "TTL of a lock taken at enqueue."),
-        _spec(
-            "on_redis_error",
-            one_of(get_args(OnRedisError)),
-            "str",
-            "When Redis cannot be reached to take the lock: ``retry``, ``run`` (unlocked) or ``fail``.",
-        ),
-        _spec("max_concurrency", check_count, "int", "Executions of one key allowed at once."),
-        _spec(
-            "lock_until",
-            one_of(get_args(LockUntil)),
-            "str",
-            "``finished``, or ``started`` (with ``lock_on='enqueue'``): unique while queued only.",
-        ),
-        _spec(
-            "fencing",
-            check_flag,
-            "bool",
-            "True: each acquisition issues a fencing token (``self.request.redislock.token``).",
-        ),
-        _spec(
-            "skip_result",
-            one_of(get_args(SkipResult)),
-            "str",
-            "What a skipped call stores: ``failure`` (``DuplicateTaskError``), ``success`` (a dict "
-            "naming the holder) or ``ignore`` (nothing, except in a chord: ``failure``).",
-        ),
-    ]
+#: The lock's own options, in the order declared: the first the schema knows.
+_LOCK_NAMES: tuple[str, ...] = tuple(
+    name for name, spec in vars(LockOptions).items() if isinstance(spec, LockOption)
 )
-_LOCK_NAMES = option_names()
+add_options(vars(LockOptions)[name] for name in _LOCK_NAMES)
+
+
+# --- validation of one layer ----------------------------------------------------------------
 
 
 def unknown_option(name: Any) -> str:
@@ -282,12 +277,12 @@ def validate(options: Mapping[str, Any], source: str, *, merged: bool = False) -
 
 def _clash(options: Mapping[str, Any], *, merged: bool = False) -> tuple[str, str, str] | None:
     """``(option, problem, other option)`` for two options that cannot go together, else None;
-    ``merged``: ``options`` are the layers merged, not one layer.
+    ``merged``: ``options`` are the layers merged, not one layer (an unset ``lock_on`` is then
+    the default, ``"execute"``; within one layer only an explicit one clashes).
 
     A semaphore (``max_concurrency`` > 1) is taken by each execution for itself: it is not
-    taken at enqueue, nor handed over to a retry. ``lock_until="started"`` releases a lock
-    taken at enqueue, so it needs ``lock_on="enqueue"`` (an unset ``lock_on`` is the default,
-    ``"execute"``, once the layers are merged; within one layer only an explicit one clashes).
+    taken at enqueue, nor handed over to a retry, and its slots, held side by side, have no
+    fencing token to order them. Then the registered modes' rules (``mode_clash``).
     """
     limit = options.get("max_concurrency") or 1
     if limit > 1 and options.get("lock_on") == "enqueue":
@@ -296,30 +291,9 @@ def _clash(options: Mapping[str, Any], *, merged: bool = False) -> tuple[str, st
     if limit > 1 and options.get("release_on_retry") is False:
         problem = f"False cannot be used with max_concurrency={limit} (use True)"
         return "release_on_retry", problem, "max_concurrency"
-    fencing = _fencing_clash(options, limit)
-    if fencing is not None:
-        return fencing
-    lock_on = options.get("lock_on")
-    if options.get("lock_until") == "started" and lock_on is not None and lock_on != "enqueue":
-        problem = (
-            f"'started' cannot be used with lock_on={lock_on!r} (use lock_on='enqueue': only a lock "
-            f"taken at enqueue can be released when the task starts)"
-        )
-        return "lock_until", problem, "lock_on"
-    return mode_clash(options, limit, merged=merged)
-
-
-def _fencing_clash(options: Mapping[str, Any], limit: int) -> tuple[str, str, str] | None:
-    """A fencing token orders the holders of one lock: a semaphore's slots are held side by
-    side, and ``lock_until="started"`` runs the body unlocked, so neither has one."""
-    if options.get("fencing") is not True:
-        return None
-    if limit > 1:
+    if limit > 1 and options.get("fencing") is True:
         return "fencing", f"True cannot be used with max_concurrency={limit} (use 1)", "max_concurrency"
-    if options.get("lock_until") == "started":
-        problem = "True cannot be used with lock_until='started' (the body runs unlocked)"
-        return "fencing", problem, "lock_until"
-    return None
+    return mode_clash(options, limit, merged=merged)
 
 
 # --- resolution across layers ---------------------------------------------------------------
@@ -368,7 +342,7 @@ def resolve(
                 merged[name] = value
                 origin[name] = source
     renew = merged.get("renew_interval")
-    timeout = merged.get("lock_timeout", LockOptions.lock_timeout)
+    timeout = merged.get("lock_timeout", LockOptions.lock_timeout.default)
     if renew is not None and renew >= timeout:
         # Blame the most specific layer involved: that is the one the user is most likely
         # to have just changed, and the one where a fix does not affect other tasks.
@@ -381,7 +355,7 @@ def resolve(
             f" from {origin.get('lock_timeout', 'the default')}",
         )
         raise OptionError("renew_interval", blamed, problem)
-    clash = _clash({"lock_on": LockOptions.lock_on, **merged}, merged=True)
+    clash = _clash({"lock_on": LockOptions.lock_on.default, **merged}, merged=True)
     if clash is not None:
         option, problem, other = clash
         involved = {origin[option], origin.get(other)}

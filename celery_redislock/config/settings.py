@@ -11,19 +11,10 @@ from typing import Any
 
 from ..engine.checks import BadValue, got
 from ..errors import OptionError, RedisTLSError, RedisURLError, short_repr
+from .lock_client import SSL_OPTION_NAMES, TRANSPORT_OPTION_DEFAULTS, cert_reqs, tls_failure
 from .options import APP_CONFIGURATION, LockOptions, resolve, source_queue, source_task, validate
 from .postpone import max_postpone
-from .urls import (
-    SSL_OPTION_NAMES,
-    TRANSPORT_OPTION_DEFAULTS,
-    Topology,
-    _resolve_redis_url,
-    _scheme,
-    cert_reqs,
-    mask_url,
-    tls_failure,
-    url_topology,
-)
+from .urls import Topology, mask_url, resolve_url_and_setting, url_scheme, url_topology
 
 __all__ = [
     "SETTING_DEFAULTS",
@@ -70,6 +61,8 @@ class AppSettings:
     ssl_source: str = "redislock_use_ssl"
     #: seconds a postponed call waits in the broker at most at one hop (``config.postpone``)
     max_postpone: float = 900.0
+    #: the setting ``url`` came from (named in errors about the URL)
+    url_setting: str = "redislock_url"
 
     @property
     def topology(self) -> Topology:
@@ -88,9 +81,11 @@ class AppSettings:
     @property
     def uses_tls(self) -> bool:
         """Whether the lock client talks TLS to Redis (a ``rediss://`` URL, or SSL options)."""
-        if _scheme(self.url) == "unix":
+        if url_scheme(self.url) == "unix":
             return False
-        return self.ssl_options is not None or any(_scheme(part) == "rediss" for part in self.url.split(";"))
+        return self.ssl_options is not None or any(
+            url_scheme(part) == "rediss" for part in self.url.split(";")
+        )
 
     def tls_error(self, exc: BaseException) -> RedisTLSError | None:
         """The configuration error a Redis error of the lock client is, when TLS's set-up failed
@@ -176,7 +171,7 @@ def read_settings(conf: Mapping[str, Any]) -> AppSettings:
             )
         queue_layers[name] = MappingProxyType(validate(layer, source_queue(name)))
 
-    url, url_setting = _resolve_redis_url(
+    url, url_setting = resolve_url_and_setting(
         _setting(conf, "redislock_url"),
         _conf_url(conf, "broker_url"),
         _conf_url(conf, "result_backend"),
@@ -193,6 +188,7 @@ def read_settings(conf: Mapping[str, Any]) -> AppSettings:
         ssl_options=None if ssl_options is None else MappingProxyType(ssl_options),
         ssl_source=ssl_source,
         max_postpone=max_postpone(conf),
+        url_setting=url_setting,
     )
 
 
@@ -344,7 +340,7 @@ def _ssl_options(conf: Mapping[str, Any], url: str, url_setting: str) -> tuple[d
     source = "redislock_use_ssl" if own is not None else _INHERITED_SSL.get(url_setting, "redislock_use_ssl")
     value = own if own is not None else conf.get(source) if source != "redislock_use_ssl" else None
     options = validate_ssl_options(value, source)
-    if options is not None and _scheme(url) == "unix":
+    if options is not None and url_scheme(url) == "unix":
         if own is not None:
             raise OptionError(
                 source,

@@ -86,10 +86,13 @@ def or_none(check: Callable[[Any], T]) -> Callable[[Any], T | None]:
 optional_seconds = or_none(positive_seconds)
 
 
-def one_of(choices: tuple[str, ...]) -> Callable[[Any], str]:
+Choice = TypeVar("Choice", bound=str)
+
+
+def one_of(choices: tuple[Choice, ...]) -> Callable[[Any], Choice]:
     """A check that a value is one of ``choices`` (strings), suggesting the closest for a typo."""
 
-    def check(value: Any) -> str:
+    def check(value: Any) -> Choice:
         allowed = ", ".join(repr(c) for c in choices)
         if not isinstance(value, str):
             raise BadValue(f"must be one of {allowed}, {got(value, wrong_type=True)}")

@@ -9,7 +9,7 @@ from typing import Any
 from celery import Celery, bootsteps
 from celery.exceptions import CeleryCommandException
 
-from ..config.urls import resolve_redis_url
+from ..config.settings import read_settings
 from ..errors import RedisLockError
 from .runtime import runtime_for
 from .task import SingletonTask
@@ -61,7 +61,9 @@ def check_app(app: Celery, queues: Iterable[str]) -> str | None:
     except RedisLockError as exc:
         return _one_line(str(exc))
     except ValueError as exc:  # redis-py's URL parser: a port or a query value it cannot read
-        return _one_line(f"{_url_setting(app)}: the Redis URL for the locks cannot be parsed: {exc}")
+        # The settings were read before the client's parser failed: reading them again passes.
+        setting = read_settings(app.conf).url_setting
+        return _one_line(f"{setting}: the Redis URL for the locks cannot be parsed: {exc}")
     layered = [queue for queue in queues if queue in runtime.settings.queues]
     try:
         for task in tasks:
@@ -75,18 +77,6 @@ def check_app(app: Celery, queues: Iterable[str]) -> str | None:
 def _consumed_queues(app: Celery) -> list[str]:
     # After the worker's setup_queues: the -Q/-X selection, or every queue when none was made.
     return [str(name) for name in app.amqp.queues.consume_from]
-
-
-def _url_setting(app: Celery) -> str:
-    """The setting the lock URL came from: redislock_url, else broker_url, else result_backend."""
-    conf = app.conf
-    if conf.get("redislock_url"):
-        return "redislock_url"
-    try:
-        resolve_redis_url(None, conf.broker_url, None)
-    except RedisLockError:
-        return "result_backend"
-    return "broker_url"
 
 
 def _one_line(text: str) -> str:

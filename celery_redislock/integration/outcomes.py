@@ -194,7 +194,7 @@ def drop_finished(task: AnyTask) -> None:
 def on_redis_error(
     task: AnyTask, settings: AppSettings, options: LockOptions, key: str, exc: Exception
 ) -> None:
-    """The lock Redis failed (any of ``core.leases.REDIS_ERRORS``): return to run unlocked
+    """The lock Redis failed (any of ``engine.leases.REDIS_ERRORS``): return to run unlocked
     (``"run"``, logged), or raise: re-queued (``"retry"``, nothing lost) or failed (``"fail"``).
     A failed TLS set-up is none of these: a configuration error (``RedisTLSError``, naming the
     setting), the task fails."""

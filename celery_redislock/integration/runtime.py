@@ -14,9 +14,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..config.arguments import KeyBuilder
+from ..config.lock_client import client_factory
 from ..config.options import LockOptions, option_names, source_task, validate
 from ..config.settings import SETTING_DEFAULTS, AppSettings, read_settings
-from ..config.urls import client_factory
 from ..engine import LeaseEngine, LockEngine, SemaphoreEngine, make_engine, make_semaphore_engine
 from ..engine.keys import release_channel
 from ..engine.script_runner import ScriptRunner

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery, Task
 from celery.exceptions import Retry
 
 from ..config.arguments import KEY_HEADER, KeyBuilder
-from ..config.keywords import check_keywords
 from ..config.options import LockOptions
-from ..config.schema import option_specs
+from ..config.schema import OptionSpec, option_specs, watch_options
 from ..engine.holders import handover_id, queued_id, task_id_of
 from ..engine.leases import REDIS_ERRORS
 from ..engine.timing import to_ms
@@ -19,6 +18,7 @@ from ..errors import DuplicateTaskError
 from . import outcomes
 from . import sending as enqueue
 from .acquisition import Execution, Holding, Refused
+from .keywords import CELERY_NAMES, check_keywords
 from .mode import Plan, Send, registered
 from .plain import PlainMode  # noqa: F401  (imported: registers the default mode)
 from .queues import QUEUE_FIELD
@@ -47,42 +47,12 @@ else:  # Celery's Task is subscriptable at runtime only from 5.7 on
 class SingletonTask(_TaskBase):
     """A task that runs at most once at a time per name and arguments (or ``lock_key``).
 
-    Options given here (``@app.task(base=SingletonTask, lock_timeout=60)`` or a subclass
-    attribute) win over ``redislock_queues[queue]`` and ``redislock_options``; ``None`` means
-    "ask the configuration". The lock's own options are declared below; a mode's (``throttle``,
-    ``debounce``...) are declared by the mode (``config.schema``) and given the same ways.
+    Every task option (``lock_timeout``, ``on_duplicate``..., and a registered mode's:
+    ``throttle``, ``debounce``...) is an attribute of this class, declared once by its spec
+    (``config.schema``) and None here: "ask the configuration". Given on the task
+    (``@app.task(base=SingletonTask, lock_timeout=60)`` or a subclass attribute), it wins over
+    ``redislock_queues[queue]`` and ``redislock_options``.
     """
-
-    #: Seconds the lock lives in Redis without renewal.
-    lock_timeout: ClassVar[float | None] = None
-    #: Seconds between renewals of a held lock (default ``lock_timeout / 3``).
-    renew_interval: ClassVar[float | None] = None
-    #: ``None`` (every argument), a list of argument names (``[]``: one run of the task at a
-    #: time, whatever its arguments), or ``(task, args, kwargs) -> str``.
-    lock_key: ClassVar[Any] = None
-    #: ``"skip"``, ``"retry"``, ``"raise"`` or ``"wait"``.
-    on_duplicate: ClassVar[str | None] = None
-    #: Seconds ``"wait"`` waits for the holder.
-    acquire_timeout: ClassVar[float | None] = None
-    #: Countdown of a ``"retry"`` of a duplicate.
-    retry_countdown: ClassVar[float | None] = None
-    #: False keeps the lock across ``self.retry()``: the retried run takes it over.
-    release_on_retry: ClassVar[bool | None] = None
-    #: ``"execute"`` or ``"enqueue"``.
-    lock_on: ClassVar[str | None] = None
-    #: TTL of a lock taken at enqueue.
-    queued_timeout: ClassVar[float | None] = None
-    #: ``"retry"``, ``"run"`` or ``"fail"`` when Redis cannot be reached to take the lock.
-    on_redis_error: ClassVar[str | None] = None
-    #: Executions of one key allowed at once.
-    max_concurrency: ClassVar[int | None] = None
-    #: ``"finished"``, or ``"started"`` (with ``lock_on="enqueue"``): unique while queued only.
-    lock_until: ClassVar[str | None] = None
-    #: True: each acquisition issues a fencing token (``self.request.redislock.token``).
-    fencing: ClassVar[bool | None] = None
-    #: What a skipped call stores: ``"failure"`` (``DuplicateTaskError``), ``"success"`` (a
-    #: dict naming the holder) or ``"ignore"`` (nothing, except in a chord).
-    skip_result: ClassVar[str | None] = None
 
     @classmethod
     def on_bound(cls, app: Celery) -> None:
@@ -256,3 +226,18 @@ class SingletonTask(_TaskBase):
         if options.on_duplicate == "raise":
             raise DuplicateTaskError(self.name, task_id, key, holder, task_id_of(holder))
         return self.AsyncResult(task_id_of(holder))
+
+
+def _declare_option(spec: OptionSpec) -> None:
+    """Make ``spec`` an attribute of the task class, None: "ask the configuration" (Celery's
+    convention for a task's configurable attributes). An option named as a Celery task
+    attribute or keyword would silently change what Celery does with it: refused."""
+    if spec.name in CELERY_NAMES:
+        raise ValueError(
+            f"option {spec.name!r} of {spec.owner!r} is named as a Celery task attribute or keyword"
+        )
+    setattr(SingletonTask, spec.name, None)
+
+
+# The lock's options now, each mode's as it registers.
+watch_options(_declare_option)

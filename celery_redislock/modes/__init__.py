@@ -10,6 +10,7 @@ from . import debounce, keep_latest, rate_limit, throttle, until_started
 
 __all__ = ["registered"]
 
-for _module in (throttle, keep_latest, debounce, until_started):
+# until_started first: its rules (lock_on, fencing) were the lock's own, asked before any mode's.
+for _module in (until_started, throttle, keep_latest, debounce):
     register(_module.MODE)
 register_gate(rate_limit.GATE)

@@ -4,23 +4,57 @@ identical call can be queued while it runs."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
+from ..config.mode_rules import Clash
 from ..config.options import LockOptions
+from ..config.schema import OptionSpec
+from ..engine.checks import one_of
 from ..integration.acquisition import Execution, release_queued
 from ..integration.plain import PlainMode
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
 
-__all__ = ["UntilStartedMode"]
+__all__ = ["LockUntil", "UntilStartedMode"]
+
+#: How long a lock taken at enqueue lasts: until the task finished, or until a worker starts it.
+LockUntil = Literal["finished", "started"]
 
 
 class UntilStartedMode(PlainMode):
     name = "until_started"
+    options: ClassVar[tuple[OptionSpec, ...]] = (
+        OptionSpec(
+            "lock_until",
+            "finished",
+            one_of(get_args(LockUntil)),
+            "``finished``, or ``started`` (with ``lock_on='enqueue'``): unique while queued only.",
+            "str",
+            "until_started",
+        ),
+    )
 
     def selects(self, options: LockOptions) -> bool:
-        return options.lock_until == "started"
+        return bool(options.value("lock_until") == "started")
+
+    def clash(self, options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
+        """The body runs unlocked, so it has no fencing token; the lock it frees at the start
+        is the one taken at enqueue, so it needs ``lock_on="enqueue"``."""
+        if options.get("lock_until") != "started":
+            return None
+        if options.get("fencing") is True:
+            problem = "True cannot be used with lock_until='started' (the body runs unlocked)"
+            return "fencing", problem, "lock_until"
+        lock_on = options.get("lock_on")
+        if lock_on is not None and lock_on != "enqueue":
+            problem = (
+                f"'started' cannot be used with lock_on={lock_on!r} (use lock_on='enqueue': only a lock "
+                f"taken at enqueue can be released when the task starts)"
+            )
+            return "lock_until", problem, "lock_on"
+        return None
 
     def before_acquire(self, task: AnyTask, execution: Execution) -> None:
         return None  # no lock to ask for, so no redelivered copy to tell apart

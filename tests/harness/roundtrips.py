@@ -8,7 +8,7 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from celery_redislock.config.urls import make_client
+from celery_redislock.config.lock_client import make_client
 
 __all__ = ["RoundTrips", "counting_client", "counting_cluster_client"]
 

@@ -9,7 +9,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from celery_redislock.config.urls import make_client
+from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import ClusterSet
 from celery_redislock.engine import AcquireStatus, ClusterLockEngine, Lease, make_engine
 from tests.harness import counting_cluster_client

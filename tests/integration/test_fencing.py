@@ -11,7 +11,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from celery_redislock import OptionError, RedisLock
-from celery_redislock.config.urls import make_client
+from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import ClusterSet, RedisServer
 from celery_redislock.engine import AcquireStatus, LockEngine, make_engine
 from celery_redislock.engine.keys import fence_key

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from celery_redislock.config.lock_client import LockClient, client_factory
 from celery_redislock.config.settings import read_settings
-from celery_redislock.config.urls import LockClient, client_factory
 from celery_redislock.contrib.testing import RedisServer
 
 

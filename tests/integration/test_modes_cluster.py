@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from redis.cluster import RedisCluster
 
-from celery_redislock.config.urls import make_client
+from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import ClusterSet
 from celery_redislock.engine.script_runner import ScriptRunner
 from celery_redislock.modes import debounce, keep_latest, throttle

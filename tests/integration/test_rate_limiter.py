@@ -13,7 +13,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from celery_redislock import OptionError, RedisRateLimiter
-from celery_redislock.config.urls import make_client
+from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import ClusterSet, SentinelSet, poll
 from tests.harness import GrantRecorder, most_in_a_window
 

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from celery_redislock.config.lock_client import make_client
 from celery_redislock.config.settings import read_settings
-from celery_redislock.config.urls import make_client
 from celery_redislock.contrib.testing import SentinelSet
 from celery_redislock.engine import AcquireStatus, Lease, LockEngine, make_engine
 

@@ -13,8 +13,8 @@ import redis
 from celery import Celery
 
 from celery_redislock import RedisTLSError
+from celery_redislock.config.lock_client import client_factory
 from celery_redislock.config.settings import AppSettings, read_settings
-from celery_redislock.config.urls import client_factory
 from celery_redislock.contrib.testing import find_redis_server
 from celery_redislock.integration.runtime import Runtime, reset_runtime
 from tests.harness import TestCA, TLSRedisServer, tls_support

@@ -347,3 +347,49 @@ def test_lua_is_read_and_registered_by_the_engine_alone() -> None:
         if unit(module) != "engine"
     ]
     assert not outside, "Lua read or run outside the engine:\n  " + "\n  ".join(outside)
+
+
+def test_importing_the_config_loads_no_celery() -> None:
+    # config reads and validates; what knows Celery (a task's keywords, its attributes) is the
+    # glue's. A process of its own, every config module imported.
+    config = sorted(module for module in MODULES if unit(module) == "config")
+    code = (
+        "import importlib, sys\n"
+        f"for name in {config!r}: importlib.import_module(name)\n"
+        "print(' '.join(sorted(m for m in sys.modules if m == 'celery' or m.startswith('celery.'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert not done.stdout.strip(), f"importing the config loaded Celery: {done.stdout.strip()}"
+
+
+def test_every_option_is_declared_once_by_its_spec() -> None:
+    # One declaration per option (config.schema): the lock's as LockOption attributes of
+    # LockOptions, a mode's in its OptionSpec. No class body writes an option down again (the
+    # task class's attributes, a second list of defaults): those read the schema.
+    import celery_redislock.modes  # noqa: F401  (the modes register their options)
+    from celery_redislock import SingletonTask
+    from celery_redislock.config.schema import option_names
+
+    names = option_names()
+    again = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for statement in node.body:
+                if isinstance(statement, ast.AnnAssign):
+                    targets, value = [statement.target], statement.value
+                elif isinstance(statement, ast.Assign):
+                    targets, value = statement.targets, statement.value
+                else:
+                    continue
+                declared = isinstance(value, ast.Call) and getattr(value.func, "id", None) == "LockOption"
+                for target in targets:
+                    if isinstance(target, ast.Name) and target.id in names and not declared:
+                        where = f"{MODULES[module].relative_to(ROOT.parent)}:{statement.lineno}"
+                        again.append(f"{where} {node.name}.{target.id}")
+    assert not again, "options declared outside their spec:\n  " + "\n  ".join(again)
+    # The task class reads them: each option an attribute, None ("ask the configuration").
+    missing = sorted(name for name in names if vars(SingletonTask).get(name, "missing") is not None)
+    assert not missing, f"options that are not a None attribute of SingletonTask: {missing}"

@@ -26,6 +26,7 @@ from redis.crc import key_slot
 
 from celery_redislock.config import arguments
 from celery_redislock.config.arguments import MAX_DEPTH, KeyBuilder, canonical, digest
+from celery_redislock.config.options import source_task, validate
 from celery_redislock.engine import keys
 from celery_redislock.engine.keys import format_key, parse_key
 from celery_redislock.errors import LockKeyError, OptionError
@@ -571,15 +572,20 @@ def test_str_lock_key_is_rejected_with_the_list_to_write() -> None:
     [
         (42, "int"),
         ({"x": 1}, "dict"),
-        (["x", 1], "not 1"),
-        ([b"x"], "b'x'"),
-        (["x", "y", "x"], "'x' twice"),
+        (["x", 1], "1 is not an argument name"),
+        ([b"x"], "b'x' is not an argument name"),
+        (["x", "y", "x"], "'x' is listed twice"),
+        ("x", "write ['x']"),
     ],
 )
 def test_lock_key_of_a_wrong_type_is_rejected(lock_key: Any, said: str) -> None:
     with pytest.raises(OptionError, match=re.escape(said)) as info:
         KeyBuilder("redislock", "proj.f", f, lock_key)
     assert info.value.option == "lock_key"
+    # One rule, one message: the key builder says what validating the option says.
+    with pytest.raises(OptionError) as validated:
+        validate({"lock_key": lock_key}, source_task("proj.f"))
+    assert str(info.value) == str(validated.value)
 
 
 def test_task_name_with_a_colon_is_rejected() -> None:

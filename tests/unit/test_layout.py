@@ -37,3 +37,22 @@ def test_the_celery_glue_imports_no_mode_and_no_ops() -> None:
             if node.module.split(".")[0] in ("modes", "ops"):
                 offending.append(f"{path.name}: from {'.' * node.level}{node.module}")
     assert offending == []
+
+
+def test_loading_the_task_class_registers_the_peers_keywords() -> None:
+    # celery-once's and celery-singleton's keywords are compat's knowledge, registered with the
+    # task's keyword check when SingletonTask is loaded: a fresh process must refuse them too.
+    probe = """
+from celery import Celery
+from celery_redislock import SingletonTask
+from celery_redislock.errors import OptionError
+app = Celery("probe", set_as_current=False)
+try:
+    @app.task(base=SingletonTask, shared=False, once={"keys": ["a"]})
+    def f(a): ...
+    f.name  # the decorator is lazy: the task is made (and bound) when first used
+except OptionError as exc:
+    print(exc)
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert "option 'once' is a celery-once option, which SingletonTask ignores; write lock_key=['a']" in out

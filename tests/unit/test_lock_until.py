@@ -1,9 +1,11 @@
-"""The ``lock_until`` option: its values, and its clash with ``lock_on`` in one layer and merged."""
+"""The ``lock_until`` option (the until-started mode's): its values, and its clash with ``lock_on``
+in one layer and merged."""
 
 from __future__ import annotations
 
 import pytest
 
+import celery_redislock.modes  # noqa: F401  (registers the until-started mode, lock_until's owner)
 from celery_redislock.config.options import LockOptions, resolve, validate
 from celery_redislock.errors import OptionError
 
@@ -11,8 +13,8 @@ TASK = "task 'proj.export'"
 
 
 def test_values_and_default() -> None:
-    assert LockOptions().lock_until == "finished"
-    assert LockOptions(lock_on="enqueue", lock_until="started").lock_until == "started"
+    assert LockOptions().value("lock_until") == "finished"
+    assert LockOptions(lock_on="enqueue", lock_until="started").value("lock_until") == "started"
     with pytest.raises(OptionError, match=r"option 'lock_until' must be one of 'finished', 'started'"):
         validate({"lock_until": "start"}, TASK)
 
@@ -34,7 +36,7 @@ def test_merged_layers_need_lock_on_enqueue() -> None:
     merged = resolve(
         {"lock_until": "started"}, {}, {"lock_on": "enqueue"}, task_source=TASK, queue_source="q"
     )
-    assert (merged.lock_on, merged.lock_until) == ("enqueue", "started")
+    assert (merged.lock_on, merged.value("lock_until")) == ("enqueue", "started")
     with pytest.raises(OptionError) as caught:
         resolve({"lock_until": "started"}, {}, {}, task_source=TASK, queue_source="q")
     assert caught.value.source == TASK

@@ -55,9 +55,26 @@ SCRIPT = textwrap.dedent(
 
         def admit(self, task: Any, execution: Any) -> None: ...
 
+    assert not hasattr(SingletonTask, "stamp")
     register(StampMode())
     register_gate(AuditGate())
     assert {"stamp", "audited"} <= option_names()
+    # The task class reads the schema: a registered mode's option is its attribute, None.
+    assert SingletonTask.stamp is None and SingletonTask.audited is None
+
+    class RateMode(StampMode):  # an option named as Celery's Task.rate_limit: refused
+        name = "rate"
+        options: ClassVar[tuple[OptionSpec, ...]] = (
+            OptionSpec("rate_limit", None, str, "Clash.", "str", "rate"),
+        )
+
+    try:
+        register(RateMode())
+    except ValueError as exc:
+        assert "option 'rate_limit' of 'rate' is named as a Celery task attribute" in str(exc), exc
+    else:
+        raise AssertionError("an option shadowing Task.rate_limit was accepted")
+    assert "rate_limit" not in option_names() and "rate_limit" not in vars(SingletonTask)
 
     app = Celery("registry", broker="memory://", set_as_current=False)
     app.conf.redislock_url = "redis://127.0.0.1:1/0"  # never connected: plans need no Redis

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import celery_redislock.modes  # noqa: F401  (registers the modes and their options)
-from celery_redislock.config.keywords import CLOSE_TO_OPTION, PEER_OPTIONS, check_task_keywords
+from celery_redislock.compat.peer_keywords import PEER_OPTIONS
 from celery_redislock.config.options import (
     LockOptions,
     option_names,
@@ -21,9 +21,11 @@ from celery_redislock.config.options import (
     source_task,
     validate,
 )
+from celery_redislock.config.schema import LockOption, spec_of
 from celery_redislock.config.settings import SETTING_DEFAULTS, AppSettings, read_settings
 from celery_redislock.config.urls import mask_url, resolve_redis_url
 from celery_redislock.errors import ConfigurationError, OptionError, RedisURLError
+from celery_redislock.integration.keywords import CLOSE_TO_OPTION, check_task_keywords
 
 OPTION_NAMES = option_names()
 
@@ -73,10 +75,13 @@ def test_defaults_are_spec_section_2() -> None:
 
 
 def test_the_schema_is_the_locks_options_then_each_modes() -> None:
-    lock = {f.name for f in dataclasses.fields(LockOptions)} - {"mode_values"}
+    # The lock's options are the LockOption attributes of LockOptions, first in the schema.
+    lock = [name for name, value in vars(LockOptions).items() if isinstance(value, LockOption)]
     owners = {spec.name: spec.owner for spec in option_specs()}
-    assert {name for name, owner in owners.items() if owner == "lock"} == lock
+    assert [name for name, owner in owners.items() if owner == "lock"] == lock == list(owners)[: len(lock)]
+    assert all(getattr(LockOptions, name) is spec_of(name) for name in lock)
     assert {name: owner for name, owner in owners.items() if owner != "lock"} == {
+        "lock_until": "until_started",
         "throttle": "throttle",
         "keep_latest": "keep_latest",
         "debounce": "debounce",
@@ -469,6 +474,7 @@ def test_read_settings_defaults() -> None:
         queues={},
         ssl_source="broker_use_ssl",
         max_postpone=1800.0,  # half of kombu's visibility timeout
+        url_setting="broker_url",
     )
     assert read_settings({**SETTING_DEFAULTS, **BROKER}) == s
 

@@ -12,8 +12,8 @@ import pytest
 import redis
 
 from celery_redislock import OptionError
+from celery_redislock.config.lock_client import client_factory, tls_failure
 from celery_redislock.config.settings import read_settings, validate_ssl_options
-from celery_redislock.config.urls import client_factory, tls_failure
 
 CA = {"ssl_ca_certs": "/etc/ca.pem"}
 

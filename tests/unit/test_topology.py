@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from celery_redislock.config.lock_client import client_factory
 from celery_redislock.config.settings import read_settings, validate_transport_options
-from celery_redislock.config.urls import client_factory, resolve_redis_url, url_topology
+from celery_redislock.config.urls import resolve_redis_url, url_topology
 from celery_redislock.errors import OptionError, RedisURLError
 
 SENTINELS = "sentinel://:pw@s1:26379/0;sentinel://:pw@s2:26379/0;sentinel://:pw@s3:26379/0"
@@ -137,3 +140,38 @@ def test_clients_are_made_only_when_asked() -> None:
     assert isinstance(single, redis.Redis) and not isinstance(single, RedisCluster)
     sentinel = client_factory(SENTINELS, {"master_name": "m"})()
     assert isinstance(sentinel, redis.Redis)
+
+
+@pytest.mark.parametrize(
+    ("conf", "setting"),
+    [
+        ({"redislock_url": "redis://h:6379/2", "broker_url": "redis://b:6379/0"}, "redislock_url"),
+        ({"broker_url": "redis://b:6379/0", "result_backend": "redis://r:6379/1"}, "broker_url"),
+        ({"broker_url": "amqp://guest@b//", "result_backend": "redis://r:6379/1"}, "result_backend"),
+    ],
+)
+def test_settings_name_the_setting_their_url_came_from(conf: dict[str, Any], setting: str) -> None:
+    assert read_settings(conf).url_setting == setting
+
+
+@pytest.mark.parametrize("setting", ["broker_url", "result_backend"])
+def test_the_worker_check_names_the_setting_of_a_url_redis_py_cannot_parse(setting: str) -> None:
+    # Parsed when the app's runtime is made, not connected: no server needed. A process of its
+    # own: finalizing an app here would also register the other tests' shared tasks.
+    probe = f"""
+from celery import Celery
+from celery_redislock import SingletonTask
+from celery_redislock.integration.bootstep import check_app
+app = Celery("topology", set_as_current=False)
+app.conf.update({{"broker_url": "amqp://guest@b//", "result_backend": "rpc://", {setting!r}: "redis://h:notaport/0"}})
+
+@app.task(base=SingletonTask, shared=False)
+def f(): ...
+
+print(check_app(app, []))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    problem = done.stdout.strip()
+    assert problem.startswith(f"{setting}: the Redis URL for the locks cannot be parsed"), problem
+    assert "notaport" in problem

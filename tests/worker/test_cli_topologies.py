@@ -8,7 +8,7 @@ from typing import Any
 
 from redis.cluster import RedisCluster
 
-from celery_redislock.config.urls import make_client
+from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import ClusterSet, SentinelSet
 from tests.harness import free_port
 

@@ -19,7 +19,7 @@ from celery import Celery
 
 from celery_redislock import SingletonTask
 from celery_redislock.config.arguments import KeyBuilder
-from celery_redislock.config.urls import make_client
+from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import RedisServer
 from celery_redislock.integration.runtime import run_function, runtime_for
 from celery_redislock.modes.rate_limit import rate_key

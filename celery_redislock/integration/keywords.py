@@ -1,5 +1,6 @@
-"""Keywords a task sets that are not options: Celery's own pass, a misspelt option or one of
-celery-once's or celery-singleton's is refused at registration with what to write instead."""
+"""Keywords a task sets that are not options: Celery's own pass, a misspelt option is refused
+at registration with the option meant, and so is another package's option (celery-once's,
+celery-singleton's: ``compat.peer_keywords`` registers them) with what to write instead."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from typing import Any
 
 from celery import Task
 
-from ..errors import OptionError, short_repr
-from .options import option_names, source_task, unknown_option
+from ..config.options import option_names, source_task, unknown_option
+from ..errors import OptionError
 
 __all__ = [
+    "CELERY_NAMES",
     "CELERY_TASK_KEYWORDS",
     "CLOSE_TO_OPTION",
-    "PEER_OPTIONS",
+    "PeerOption",
+    "add_peer_options",
     "check_keywords",
     "check_task_keywords",
     "user_keywords",
@@ -29,72 +32,21 @@ __all__ = [
 CLOSE_TO_OPTION = 0.8
 
 
-def _arg(value: Any) -> str:
-    """A value as the keyword argument a user would write: lists as lists."""
-    return short_repr(list(value) if isinstance(value, tuple) else value)
+#: Another package's task option: ``(package, what to write instead, given the value)``.
+PeerOption = tuple[str, Callable[[Any], str]]
+
+_peers: dict[str, PeerOption] = {}
 
 
-def _from_once(once: Any) -> str:
-    """celery-once's ``once={'keys': [...], 'timeout': N, 'graceful': bool, ...}``: it locks at
-    send and, unless graceful, raises AlreadyQueued there."""
-    if not isinstance(once, Mapping):
-        return 'lock_key=[<argument names>], lock_on="enqueue", on_duplicate="raise"'
-    words = []
-    keys = once.get("keys")
-    if keys is not None:  # celery-once locks on every argument without 'keys'
-        words.append(f"lock_key={_arg(keys)}")
-    words.append('lock_on="enqueue"')
-    words.append('on_duplicate="skip"' if once.get("graceful") else 'on_duplicate="raise"')
-    if once.get("timeout") is not None:
-        words.append(f"queued_timeout={_arg(once['timeout'])}")
-    text = ", ".join(words)
-    if once.get("unlock_before_run"):
-        text += " (unlock_before_run has no equivalent: the lock is held until the run ends)"
-    elif once.get("timeout") is not None:
-        text += " (queued_timeout bounds the wait in the queue; the lock of a running task is renewed)"
-    return text
-
-
-def _from_unique_on(unique_on: Any) -> str:
-    """celery-singleton's ``unique_on``: a list (or one name) of arguments; empty or None is
-    every argument there. celery-singleton locks at send."""
-    names = [unique_on] if isinstance(unique_on, str) else unique_on
-    if not names:
-        return 'lock_on="enqueue" and leave lock_key unset (an empty unique_on locks on every argument)'
-    return f'lock_key={_arg(names)}, lock_on="enqueue"'
-
-
-def _from_lock_expiry(expiry: Any) -> str:
-    return (
-        f"lock_timeout={_arg(expiry)} (renewed while the task runs, so it only bounds how long a "
-        'crashed worker\'s lock outlives it; with lock_on="enqueue", queued_timeout bounds the wait '
-        "in the queue)"
-    )
-
-
-def _from_raise_on_duplicate(raise_on_duplicate: Any) -> str:
-    if raise_on_duplicate:
-        return 'on_duplicate="raise", lock_on="enqueue" (DuplicateTaskError raised at send)'
-    return (
-        'lock_on="enqueue" and leave on_duplicate unset '
-        "(a duplicate send then returns the holder's AsyncResult)"
-    )
-
-
-#: Task options of celery-once and celery-singleton, which SingletonTask does not read, and what
-#: to write instead (given the value the task gave).
-PEER_OPTIONS: dict[str, tuple[str, Callable[[Any], str]]] = {
-    "once": ("celery-once", _from_once),
-    "unique_on": ("celery-singleton", _from_unique_on),
-    "lock_expiry": ("celery-singleton", _from_lock_expiry),
-    "raise_on_duplicate": ("celery-singleton", _from_raise_on_duplicate),
-}
+def add_peer_options(options: Mapping[str, PeerOption]) -> None:
+    """Refuse these task keywords of another package, saying what to write instead."""
+    _peers.update(options)
 
 
 def check_task_keywords(keywords: Mapping[str, Any], source: str) -> None:
     """Refuse the keywords of a task (``@app.task(base=SingletonTask, ...)`` or class attributes)
-    that look meant for this package but are not its options: an option of celery-once or
-    celery-singleton, or a name within ``CLOSE_TO_OPTION`` of an option's. Any other name is
+    that look meant for this package but are not its options: another package's option
+    (``add_peer_options``), or a name within ``CLOSE_TO_OPTION`` of an option's. Any other name is
     the user's own attribute and is left alone.
 
     ``keywords`` are the names the task set that Celery does not know (the glue filters out
@@ -104,7 +56,7 @@ def check_task_keywords(keywords: Mapping[str, Any], source: str) -> None:
     for name, value in keywords.items():
         if name in option_names():
             continue
-        peer = PEER_OPTIONS.get(name)
+        peer = _peers.get(name)
         if peer is not None:
             package, replacement = peer
             raise OptionError(
@@ -135,8 +87,9 @@ CELERY_TASK_KEYWORDS = frozenset(
     }
 )
 
+#: What Celery itself reads on a task: ``celery.Task``'s attributes and ``CELERY_TASK_KEYWORDS``.
 # dir(), not hasattr(): Task.app is a class property that would bind celery.Task to an app.
-_CELERY_NAMES = frozenset(dir(Task)) | CELERY_TASK_KEYWORDS
+CELERY_NAMES = frozenset(dir(Task)) | CELERY_TASK_KEYWORDS
 
 
 def _is_code(value: Any) -> bool:
@@ -164,7 +117,7 @@ def user_keywords(task_class: type, base: type) -> dict[str, Any]:
         for name, value in own.items():
             if name.startswith("_") or name in found or name in option_names() or name in consumed:
                 continue
-            if name in _CELERY_NAMES:
+            if name in CELERY_NAMES:
                 continue
             if not decorated and _is_code(value):
                 continue
@@ -173,7 +126,7 @@ def user_keywords(task_class: type, base: type) -> dict[str, Any]:
 
 
 def check_keywords(task_class: type, base: type) -> None:
-    """Refuse, naming the task, a keyword meant as an option that is not one (a typo, or an
-    option of celery-once or celery-singleton); see ``check_task_keywords``."""
+    """Refuse, naming the task, a keyword meant as an option that is not one (a typo, or another
+    package's option); see ``check_task_keywords``."""
     name = getattr(task_class, "name", None) or task_class.__name__
     check_task_keywords(user_keywords(task_class, base), source_task(name))
