@@ -77,6 +77,10 @@ class DebounceMode(PlainMode):
         "debounce": "debounce: latest call {}",
         "burst": "debounce: burst began at {} (server ms)",
     }
+    counters: ClassVar[Mapping[str, str]] = {
+        "debounced": "debounced calls superseded by a later call of their burst",
+        "debounce_lost": "a burst's latest call lost when a ``max_retries`` the task sets ran out",
+    }
 
     def selects(self, options: LockOptions) -> bool:
         return options.value("debounce") is not None

@@ -393,3 +393,30 @@ def test_every_option_is_declared_once_by_its_spec() -> None:
     # The task class reads them: each option an attribute, None ("ask the configuration").
     missing = sorted(name for name in names if vars(SingletonTask).get(name, "missing") is not None)
     assert not missing, f"options that are not a None attribute of SingletonTask: {missing}"
+
+
+def _counted(call: ast.Call) -> str | None:
+    """The name a ``count(...)`` (or ``counting.count(...)``) call counts, if a literal."""
+    first = call.args[0] if call.args else None
+    return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+
+
+def test_every_counted_name_is_registered_by_somebody() -> None:
+    # engine.counting drops a count of a name no one registered (logged once): a typo would
+    # count nothing. The core's counters are engine.counting's; a mode's or gate's, its own.
+    from celery_redislock import SingletonTask
+    from celery_redislock.engine.counting import counter_names
+
+    assert SingletonTask  # loading it registers every mode and gate
+    counted = [  # not itertools.count
+        (f"{MODULES[module].relative_to(ROOT.parent)}:{call.lineno}", _counted(call))
+        for module, call in calls_of("count")
+        if isinstance(call.func, ast.Name) or ast.unparse(call.func) == "counting.count"
+    ]
+    assert counted, "the reader found no count"
+    unnamed = [where for where, name in counted if name is None]
+    assert not unnamed, "counts not of a literal name, which this test cannot check:\n  " + "\n  ".join(
+        unnamed
+    )
+    unknown = [f"{where} {name!r}" for where, name in counted if name not in counter_names()]
+    assert not unknown, "counted, registered by no one:\n  " + "\n  ".join(unknown)
