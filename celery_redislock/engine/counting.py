@@ -13,6 +13,7 @@ from typing import Callable
 __all__ = [
     "CORE_COUNTERS",
     "MAX_COUNTERS",
+    "POSITIONS",
     "Counter",
     "add_count_listener",
     "add_counters",
@@ -65,6 +66,10 @@ class Counter:
 
 _listeners: list[CountListener] = []
 _counters: dict[str, Counter] = {}
+_positions: dict[str, int] = {}
+#: Each registered counter's place in registration order, kept as counters register: what a
+#: count's listener looks a name up in, once a count.
+POSITIONS: Mapping[str, int] = _positions
 _warned: set[object] = set()
 
 
@@ -88,6 +93,7 @@ def add_counters(counters: Mapping[str, str], owner: str) -> None:
         if len(_counters) >= MAX_COUNTERS:
             raise ValueError(f"counter {name!r} of {owner}: {MAX_COUNTERS} counters are registered already")
         _counters[name] = Counter(name, doc, owner, len(_counters))
+        _positions[name] = _counters[name].position
 
 
 add_counters(CORE_COUNTERS, _CORE)
@@ -123,7 +129,7 @@ def count(name: str, by: int = 1) -> None:
     """``by`` more of the registered counter ``name``. Never raises: counts are made on a task's
     path, so an unknown name, or a listener that fails, is logged once at WARNING and the count
     dropped."""
-    if name not in _counters:
+    if name not in _positions:
         not_registered(name)
         return
     for listener in _listeners:

@@ -14,7 +14,7 @@ from typing import Any
 
 from celery import signals
 
-from ..engine.counting import MAX_COUNTERS, add_count_listener, counter, counter_names, not_registered
+from ..engine.counting import MAX_COUNTERS, POSITIONS, add_count_listener, counter_names, not_registered
 from ..engine.holders import process_alive
 
 # The shared memory is a table of rows of signed 64-bit integers: the owner's pid, then one
@@ -122,11 +122,10 @@ class Counters:
     def incr(self, name: str, by: int = 1) -> None:
         """``by`` more of the registered counter ``name``; an unknown name is logged once and
         not counted (``engine.counting.count`` says why)."""
-        known = counter(name)
-        if known is None:
+        index = POSITIONS.get(name)
+        if index is None:
             not_registered(name)
             return
-        index = known.position
         row = self._row
         if row is None:
             row = self._claim_row()
