@@ -22,6 +22,7 @@ from ..engine import LockEngine, LockInfo, make_engine
 from ..engine.checks import check_argument
 from ..engine.holders import queued_id, task_id_of
 from ..engine.leases import REDIS_ERRORS
+from ..engine.timing import ttl_seconds
 from ..errors import OptionError
 from ..integration.mode import Send
 from ..integration.runtime import SOCKET_TIMEOUT, reset_runtime, run_function, runtime_for
@@ -36,6 +37,7 @@ __all__ = [
     "call_key",
     "clear_key",
     "constant_key",
+    "countdown",
     "lock_key_of",
 ]
 
@@ -86,7 +88,13 @@ class Refusal:
     @property
     def countdown(self) -> float:
         """Seconds the lock has left, as celery-once's ``AlreadyQueued.countdown``."""
-        return max(self.ttl_ms, 0) / 1000
+        return countdown(self.ttl_ms)
+
+
+def countdown(ttl_ms: int) -> float:
+    """Seconds a lock with PTTL ``ttl_ms`` has left, as celery-once's ``AlreadyQueued.countdown``:
+    a number, so 0 for a lock with no TTL or gone since it refused the call."""
+    return ttl_seconds(ttl_ms) or 0.0
 
 
 class Legacy:

@@ -19,7 +19,17 @@ from ..engine.waiting import wait_for
 from ..errors import DuplicateTaskError, OptionError
 from ..integration.runtime import runtime_for
 from ..integration.sending import message_expires, queued_ttl_ms
-from ._common import CompatTask, Refusal, call_key, clear_key, flag, lock_key_of, seconds, signature_arguments
+from ._common import (
+    CompatTask,
+    Refusal,
+    call_key,
+    clear_key,
+    countdown,
+    flag,
+    lock_key_of,
+    seconds,
+    signature_arguments,
+)
 
 __all__ = ["AlreadyQueued", "OnceBackend", "QueueOnce", "legacy_once_key"]
 
@@ -235,9 +245,7 @@ class OnceBackend:
             _by_hand.setdefault(task.app, {})[key] = holder
             return
         info = runtime.engine.inspect([key])[0]
-        raise AlreadyQueued(
-            max(info.ttl_ms, 0) / 1000, task.name, task_id_of(result.holder), key, result.holder
-        )
+        raise AlreadyQueued(countdown(info.ttl_ms), task.name, task_id_of(result.holder), key, result.holder)
 
     def clear_lock(self, key: str) -> int:
         """Release ``key``: compare-and-delete when this process took it with ``raise_or_lock``

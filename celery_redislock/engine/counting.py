@@ -1,15 +1,117 @@
-"""Counts of lock events, handed to whoever listens: the engine and the Celery glue count here
-and need not know where counts go (a worker's shared counters, ``ops.stats``, listen)."""
+"""Counts of lock events, handed to whoever listens, and the names that may be counted: the core
+declares its counters here, a mode or a gate registers its own, and the engine and the Celery
+glue count without knowing where counts go (a worker's shared counters, ``ops.stats``, listen)."""
 
 from __future__ import annotations
 
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["add_count_listener", "count", "remove_count_listener"]
+__all__ = [
+    "CORE_COUNTERS",
+    "MAX_COUNTERS",
+    "POSITIONS",
+    "Counter",
+    "add_count_listener",
+    "add_counters",
+    "count",
+    "counter",
+    "counter_names",
+    "not_registered",
+    "registered_counters",
+    "remove_count_listener",
+]
+
+logger = logging.getLogger(__name__)
 
 CountListener = Callable[[str, int], None]
 
+#: The core's counters (the lock itself, whatever the mode): name -> what it counts.
+CORE_COUNTERS: Mapping[str, str] = {
+    "acquired": "locks taken, take-overs included",
+    "skipped": "duplicates not run (``raise`` included)",
+    "retried": "duplicates re-queued (and redelivered copies waiting for their original)",
+    "waited": 'locks taken after waiting (``on_duplicate="wait"``)',
+    "lost": "locks found held by someone else at renewal",
+    "retaken": "locks found gone at renewal and taken back",
+    "released": "locks released",
+    "redis_errors": "Redis errors when taking, renewing or releasing",
+    # Counted in the sending process: a worker reports those its own tasks sent.
+    "refused_at_send": '``apply_async`` / ``delay`` calls refused by a ``lock_on="enqueue"`` '
+    "lock, nothing published",
+}
+
+#: Counters at most, every owner's together: a worker's shared table is laid out before it
+#: forks its pool, so its width cannot grow afterwards.
+MAX_COUNTERS = 64
+
+#: A counter's name is a key of ``inspect redislock_stats``' reply and may become a metric's.
+_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+_CORE = "the core"
+
+
+@dataclass(frozen=True)
+class Counter:
+    """A registered counter: its ``name``, what it counts (``doc``), who registered it
+    (``owner``: ``"the core"``, a mode's or a gate's name) and its place in registration order."""
+
+    name: str
+    doc: str
+    owner: str
+    position: int
+
+
 _listeners: list[CountListener] = []
+_counters: dict[str, Counter] = {}
+_positions: dict[str, int] = {}
+#: Each registered counter's place in registration order, kept as counters register: what a
+#: count's listener looks a name up in, once a count.
+POSITIONS: Mapping[str, int] = _positions
+_warned: set[object] = set()
+
+
+def add_counters(counters: Mapping[str, str], owner: str) -> None:
+    """Register ``owner``'s ``counters`` (name -> what it counts), after those registered
+    before: ``count`` takes their names from now on. Registering the same again is a no-op; a
+    name another owner registered, a malformed name or one too many is a ``ValueError``."""
+    for name, doc in counters.items():
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ValueError(
+                f"counter {name!r} of {owner}: must be lowercase letters, digits and '_', "
+                f"starting with a letter"
+            )
+        known = _counters.get(name)
+        if known is not None:
+            if known.owner != owner:
+                raise ValueError(f"counter {name!r} of {owner}: already registered by {known.owner}")
+            continue
+        if not isinstance(doc, str) or not doc:
+            raise ValueError(f"counter {name!r} of {owner}: must say what it counts, got {doc!r}")
+        if len(_counters) >= MAX_COUNTERS:
+            raise ValueError(f"counter {name!r} of {owner}: {MAX_COUNTERS} counters are registered already")
+        _counters[name] = Counter(name, doc, owner, len(_counters))
+        _positions[name] = _counters[name].position
+
+
+add_counters(CORE_COUNTERS, _CORE)
+
+
+def counter(name: str) -> Counter | None:
+    """The registered counter ``name``, or None."""
+    return _counters.get(name)
+
+
+def counter_names() -> tuple[str, ...]:
+    """Every registered counter's name, in registration order (the core's first)."""
+    return tuple(_counters)
+
+
+def registered_counters() -> tuple[Counter, ...]:
+    """Every registered counter, in registration order (the core's first)."""
+    return tuple(_counters.values())
 
 
 def add_count_listener(listener: CountListener) -> None:
@@ -24,6 +126,34 @@ def remove_count_listener(listener: CountListener) -> None:
 
 
 def count(name: str, by: int = 1) -> None:
-    """``by`` more of ``name`` (a counter name of ``ops.stats.COUNTER_NAMES``)."""
+    """``by`` more of the registered counter ``name``. Never raises: counts are made on a task's
+    path, so an unknown name, or a listener that fails, is logged once at WARNING and the count
+    dropped."""
+    if name not in _positions:
+        not_registered(name)
+        return
     for listener in _listeners:
-        listener(name, by)
+        try:
+            listener(name, by)
+        except Exception as exc:
+            _warn_once(
+                (listener, type(exc)),
+                "Not counted %r: the count listener %r failed",
+                name,
+                listener,
+                exc_info=True,
+            )
+
+
+def not_registered(name: str) -> None:
+    """A count of ``name``, which no one registered, is dropped: say so, once a process."""
+    _warn_once(name, "Not counted: %r is not a registered counter (known: %s)", name, ", ".join(_counters))
+
+
+def _warn_once(what: object, message: str, *args: object, exc_info: bool = False) -> None:
+    """Log ``message`` at WARNING the first time ``what`` goes wrong in this process: a count
+    made every task would otherwise repeat it every task."""
+    if what in _warned:
+        return
+    _warned.add(what)
+    logger.warning(message, *args, exc_info=exc_info)

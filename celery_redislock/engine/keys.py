@@ -13,6 +13,7 @@ __all__ = [
     "grant_member",
     "parse_key",
     "rate_keys",
+    "rate_limiter_key",
     "release_channel",
     "reservation_member",
     "semaphore_keys",
@@ -97,6 +98,12 @@ def fence_key(key: str) -> str:
 def glob_escape(text: str) -> str:
     """``text`` as a SCAN glob matching only itself (``*``, ``?``, ``[``, ``]``, ``\\`` escaped)."""
     return _GLOB_SPECIAL.sub(r"\\\1", text)
+
+
+def rate_limiter_key(prefix: str, name: str) -> str:
+    """The log of the ``RedisRateLimiter`` named ``name``: ``{prefix}:{name}`` (``name`` alone
+    without a prefix). A task's partitions are named by ``slot_key`` beside their lock keys."""
+    return f"{prefix}:{name}" if prefix else name
 
 
 def rate_keys(log: str) -> tuple[str, str, str]:

@@ -25,7 +25,7 @@ from .scripts import (
     renew_report,
     ttl_arg,
 )
-from .timing import to_ms
+from .timing import time_of, to_ms
 
 __all__ = ["FENCE_KEEP_MS", "SCAN_BATCH", "ClusterLockEngine", "LockEngine", "make_engine"]
 
@@ -95,7 +95,7 @@ class LockEngine(BatchRenewal):
             return AcquireResult(AcquireStatus(reply), holder)
         if isinstance(reply, list):  # fenced: [code, token, seconds, microseconds]
             code, token, seconds, micros = (int(part) for part in reply)
-            return AcquireResult(AcquireStatus(code), holder, token, seconds + micros / 1e6)
+            return AcquireResult(AcquireStatus(code), holder, token, time_of(seconds, micros))
         return AcquireResult(None, as_text(reply))
 
     def take(self, key: str, holder: str, ttl_ms: int) -> bool:

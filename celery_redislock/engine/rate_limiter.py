@@ -32,11 +32,11 @@ from typing import Any
 
 from ..errors import OptionError
 from .checks import BadValue, check_argument
-from .keys import grant_member, rate_keys, reservation_member
+from .keys import grant_member, rate_keys, rate_limiter_key, reservation_member
 from .leases import Client
 from .rates import Rate, parse_rate
 from .script_runner import ScriptRunner, package_script
-from .timing import to_ms
+from .timing import to_ms, to_seconds
 
 __all__ = [
     "RATE_CANCEL",
@@ -123,7 +123,7 @@ def decide(
     ]
     status, wait_ms = scripts.run(RATE_LIMIT, list(rate_keys(key)), args)
     name = _STATUSES[int(status)]
-    return RateDecision(name == "granted", int(wait_ms) / 1000, name in ("reserved", "kept"), name)
+    return RateDecision(name == "granted", to_seconds(int(wait_ms)), name in ("reserved", "kept"), name)
 
 
 def confirm_hop(scripts: ScriptRunner, key: str, caller: str, token: str) -> bool:
@@ -146,7 +146,7 @@ def rate_state(scripts: ScriptRunner, key: str, rate: Rate) -> RateState | None:
     if not reply:
         return None
     started, waiting, next_ms = reply
-    return RateState(int(started), int(waiting), int(next_ms) / 1000)
+    return RateState(int(started), int(waiting), to_seconds(int(next_ms)))
 
 
 class RedisRateLimiter:
@@ -172,7 +172,7 @@ class RedisRateLimiter:
         self.client = client
         self.name = name
         #: The Redis key of the log; the keys beside it (``keys.rate_keys``) share its cluster slot.
-        self.key = f"{prefix}:{name}" if prefix else name
+        self.key = rate_limiter_key(prefix, name)
         self._source = source
         self._scripts = ScriptRunner(client)
 

@@ -5,8 +5,9 @@ before it), the plan that carries a task's mode and gates, and the registry both
 
 The glue asks only ``plan.mode`` and ``plan.gates``, resolved once per plan: it names no mode
 and tests no mode's option. Registering a mode or a gate adds its options to the schema
-(``config.schema``) and its combination rules to the options' validation
-(``config.mode_rules``), so registration-time errors name both options.
+(``config.schema``), its combination rules to the options' validation (``config.mode_rules``),
+so registration-time errors name both options, and its counters to those a worker keeps
+(``engine.counting``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..config.arguments import KeyBuilder
 from ..config.mode_rules import Clash, add_rule
 from ..config.options import LockOptions
 from ..config.schema import OptionSpec, add_options
+from ..engine.counting import add_counters
 
 __all__ = [
     "Gate",
@@ -54,6 +56,9 @@ class Mode(Protocol):
     #: What the mode keeps beside its lock key (``keys.slot_key`` suffix -> how ``celery
     #: redislock list`` describes the key's value, ``{}`` taking the value).
     key_suffixes: ClassVar[Mapping[str, str]]
+    #: The counters the mode counts beside the core's (name -> what it counts), registered with
+    #: the mode (``engine.counting``; ``inspect redislock_stats`` reports them).
+    counters: ClassVar[Mapping[str, str]]
 
     def selects(self, options: LockOptions) -> bool:
         """Whether a plan with ``options`` is this mode's (at most one mode selects any)."""
@@ -93,6 +98,8 @@ class Gate(Protocol):
     name: ClassVar[str]
     #: The options the gate owns (``config.schema``): registering the gate registers them.
     options: ClassVar[tuple[OptionSpec, ...]]
+    #: As ``Mode.counters``.
+    counters: ClassVar[Mapping[str, str]]
 
     def selects(self, options: LockOptions) -> bool:
         """Whether a plan with ``options`` passes through this gate."""
@@ -145,23 +152,26 @@ _gates: list[Gate] = []
 
 def register(mode: Mode, *, default: bool = False) -> None:
     """Register ``mode``: plans whose options it selects get it, its rules join the options'
-    validation. ``default``: the mode of every plan no other mode selects (the plain mode)."""
+    validation, its counters those kept. ``default``: the mode of every plan no other mode
+    selects (the plain mode, which counts only the core's counters)."""
     if default:
         _default[:] = [mode]
         return
     if any(known.name == mode.name for known in _modes):
         return  # registered already (a module imported again)
     add_options(mode.options)
+    add_counters(mode.counters, f"the {mode.name} mode")
     _modes.append(mode)
     add_rule(mode.clash)
 
 
 def register_gate(gate: Gate) -> None:
     """Register ``gate``: plans whose options it selects pass through it, its options join the
-    schema and its rules the options' validation."""
+    schema, its rules the options' validation and its counters those kept."""
     if any(known.name == gate.name for known in _gates):
         return
     add_options(gate.options)
+    add_counters(gate.counters, f"the {gate.name} gate")
     _gates.append(gate)
     add_rule(gate.clash)
 

@@ -30,6 +30,7 @@ class PlainMode:
     options: ClassVar[tuple[OptionSpec, ...]] = ()
     retry_keeps_lock: ClassVar[bool] = False
     key_suffixes: ClassVar[Mapping[str, str]] = {}
+    counters: ClassVar[Mapping[str, str]] = {}
     #: The option whose setting sends the task's calls through the mode's own ``send``
     #: (``sends_through`` reads it, unresolved); None: the plain ``send`` serves the mode.
     send_option: ClassVar[str | None] = None

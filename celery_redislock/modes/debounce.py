@@ -32,7 +32,7 @@ from ..engine.keys import slot_key
 from ..engine.leases import REDIS_ERRORS, as_text
 from ..engine.script_runner import ScriptRunner, package_script
 from ..engine.scripts import ttl_arg
-from ..engine.timing import to_ms
+from ..engine.timing import to_ms, to_seconds
 from ..errors import DuplicateTaskError
 from ..integration.acquisition import Execution
 from ..integration.mode import Send
@@ -76,6 +76,10 @@ class DebounceMode(PlainMode):
     key_suffixes: ClassVar[Mapping[str, str]] = {
         "debounce": "debounce: latest call {}",
         "burst": "debounce: burst began at {} (server ms)",
+    }
+    counters: ClassVar[Mapping[str, str]] = {
+        "debounced": "debounced calls superseded by a later call of their burst",
+        "debounce_lost": "a burst's latest call lost when a ``max_retries`` the task sets ran out",
     }
 
     def selects(self, options: LockOptions) -> bool:
@@ -156,7 +160,7 @@ class DebounceMode(PlainMode):
             )
             delay_ms = debounce_ms
         # A countdown or eta the caller gave delays it further, never less.
-        countdown = max(asked, delay_ms / 1000)
+        countdown = max(asked, to_seconds(delay_ms))
         return call.publish(call.args, call.kwargs, task_id, headers=headers, countdown=countdown, **options)
 
     def before_acquire(self, task: AnyTask, execution: Execution) -> None:

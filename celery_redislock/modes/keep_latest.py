@@ -82,6 +82,9 @@ class KeepLatestMode(PlainMode):
         ),
     )
     key_suffixes: ClassVar[Mapping[str, str]] = {"latest": "keep_latest: latest call {}"}
+    counters: ClassVar[Mapping[str, str]] = {
+        "replaced": "pending ``keep_latest`` calls replaced by a later one"
+    }
 
     def selects(self, options: LockOptions) -> bool:
         return bool(options.value("keep_latest"))

@@ -103,6 +103,11 @@ class RateLimitGate:
             names_arguments=True,
         ),
     )
+    counters: ClassVar[Mapping[str, str]] = {
+        "rate_limited": "calls over their ``global_rate_limit``, re-queued for their slot (once a "
+        "call: its later hops are not counted)",
+        "rate_copies_dropped": "second copies of a postponed call dropped (a broker gave one out twice)",
+    }
 
     def __init__(self) -> None:
         # (key prefix, task name, rate_limit_key) -> its KeyBuilder, made once per process.

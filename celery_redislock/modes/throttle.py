@@ -36,6 +36,9 @@ THROTTLE_END = package_script(__package__, "throttle_end.lua")
 class ThrottleMode(PlainMode):
     name = "throttle"
     retry_keeps_lock = True
+    counters: ClassVar[Mapping[str, str]] = {
+        "throttled": "calls refused inside a throttle's window, in the worker or at send",
+    }
     options: ClassVar[tuple[OptionSpec, ...]] = (
         OptionSpec(
             "throttle",

@@ -8,13 +8,14 @@ from typing import NamedTuple
 
 from ..engine.keys import glob_escape, parse_key
 from ..engine.leases import as_text
+from ..engine.timing import NO_KEY, ttl_seconds
 from ..integration.runtime import Runtime
 
 __all__ = ["Lock", "held_locks", "lock_pattern", "purge_locks", "scan_locks", "task_of"]
 
 
 class Lock(NamedTuple):
-    """One held lock as listed: ``ttl_ms`` is Redis' PTTL, -1 for a key without a TTL."""
+    """One held lock as listed: ``ttl_ms`` is Redis' PTTL, ``NO_TTL`` for a key without a TTL."""
 
     key: str
     task: str
@@ -23,7 +24,8 @@ class Lock(NamedTuple):
 
     @property
     def ttl(self) -> float | None:
-        return None if self.ttl_ms < 0 else self.ttl_ms / 1000
+        """Seconds left; None (shown as ``none``, ``null``) for a lock that has no TTL."""
+        return ttl_seconds(self.ttl_ms)
 
 
 def lock_pattern(prefix: str, task: str | None) -> str:
@@ -67,7 +69,7 @@ def held_locks(runtime: Runtime, task: str | None) -> Iterator[Lock]:
         for (_, key, key_task), info in zip(batch, infos):
             if info.holder is not None:
                 yield Lock(key, key_task, info.holder, info.ttl_ms)
-            elif info.ttl_ms != -2:  # there, but not a string: a semaphore's holders
+            elif info.ttl_ms != NO_KEY:  # there, but not a string: a semaphore's holders
                 others.append((key, key_task))
         yield from _held_slots(runtime, others)
 

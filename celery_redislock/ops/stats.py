@@ -14,43 +14,17 @@ from typing import Any
 
 from celery import signals
 
-from ..engine.counting import add_count_listener
+from ..engine.counting import MAX_COUNTERS, POSITIONS, add_count_listener, counter_names, not_registered
 from ..engine.holders import process_alive
 
-COUNTER_NAMES = (
-    "acquired",
-    "skipped",
-    "retried",
-    "waited",
-    "lost",
-    "retaken",
-    "released",
-    "redis_errors",
-    # apply_async calls refused by a lock taken at enqueue (lock_on="enqueue"): counted in the
-    # sending process, so a worker reports those its own tasks sent.
-    "refused_at_send",
-    # The dedup modes (docs/user-guide/modes.md): calls refused inside a throttle's window (in
-    # the worker or at send), pending keep_latest calls replaced by a later one, debounced calls
-    # superseded by a later call of their burst, and burst's latest calls lost when a
-    # max_retries the task sets ran out behind a running call.
-    "throttled",
-    "replaced",
-    "debounced",
-    "debounce_lost",
-    # Calls over their global_rate_limit, re-queued for their slot (once a call: its later hops
-    # are not counted), and second copies of such calls dropped (a broker gave one out twice).
-    "rate_limited",
-    "rate_copies_dropped",
-)
-
-_INDEX = {name: index for index, name in enumerate(COUNTER_NAMES)}
-
 # The shared memory is a table of rows of signed 64-bit integers: the owner's pid, then one
-# value per counter. Each process counts in a row of its own, so an increment takes no lock
-# shared with other processes (two record-lock calls an increment were a worker's largest
-# cost after its round trips, and a child preempted holding the lock stalled the other). The
-# totals are the sum of the rows, less the baseline row that reset() moves.
-_WIDTH = 1 + len(COUNTER_NAMES)
+# value per counter, in the column of its place in the registry (engine.counting: the core's
+# counters, then the modes' and gates'), room left for every counter that may register. Each
+# process counts in a row of its own, so an increment takes no lock shared with other processes
+# (two record-lock calls an increment were a worker's largest cost after its round trips, and a
+# child preempted holding the lock stalled the other). The totals are the sum of the rows, less
+# the baseline row that reset() moves.
+_WIDTH = 1 + MAX_COUNTERS
 #: Rows of processes that counted and are gone (folded in when their row is reused), and of
 #: increments made while every row was taken.
 _RETIRED = 0
@@ -99,9 +73,15 @@ class Counters:
     answers ``inspect``, reports the whole worker. No Redis on the way: an increment costs an
     in-process lock and a memory write in the process's own row.
 
+    The counters are those registered (``engine.counting``: the core's, the modes' and the
+    gates'), each in a column of its own, whenever they registered: the table has room for
+    every counter that may.
+
     Caveat: only *forked* processes share. A process started with the ``spawn`` or
     ``forkserver`` method (or any separate ``celery worker``) has its own counters, as does a
-    ``Counters`` created after the fork. ``reset()`` resets them for every process sharing.
+    ``Counters`` created after the fork, and a counter registered in a child only (a mode
+    imported by a task) is not known to the parent that reports. ``reset()`` resets them for
+    every process sharing.
     """
 
     def __init__(self, rows: int = ROWS) -> None:
@@ -140,9 +120,12 @@ class Counters:
             return self._values
 
     def incr(self, name: str, by: int = 1) -> None:
-        index = _INDEX.get(name)
+        """``by`` more of the registered counter ``name``; an unknown name is logged once and
+        not counted (``engine.counting.count`` says why)."""
+        index = POSITIONS.get(name)
         if index is None:
-            raise KeyError(f"unknown counter {name!r}; known: {', '.join(COUNTER_NAMES)}")
+            not_registered(name)
+            return
         row = self._row
         if row is None:
             row = self._claim_row()
@@ -156,25 +139,28 @@ class Counters:
             values[row + 1 + index] += by
 
     def snapshot(self) -> dict[str, int]:
+        """Every registered counter's total over every process sharing, in registration order."""
+        names = counter_names()
         with self._exclusive() as values:
-            totals = self._totals(values)
+            totals = self._totals(values, len(names))
             baseline = values[_BASELINE * _WIDTH + 1 : (_BASELINE + 1) * _WIDTH]
-            return {name: totals[i] - baseline[i] for i, name in enumerate(COUNTER_NAMES)}
+            return {name: totals[i] - baseline[i] for i, name in enumerate(names)}
 
     def reset(self) -> None:
         # The baseline moves to the totals: no process's row is written by another, so an
         # increment running meanwhile is never lost or resurrected.
         with self._exclusive() as values:
-            for index, total in enumerate(self._totals(values)):
+            for index, total in enumerate(self._totals(values, MAX_COUNTERS)):
                 values[_BASELINE * _WIDTH + 1 + index] = total
 
-    def _totals(self, values: memoryview) -> list[int]:
-        totals = [0] * len(COUNTER_NAMES)
+    def _totals(self, values: memoryview, columns: int) -> list[int]:
+        """The sums of the first ``columns`` counters over every row but the baseline."""
+        totals = [0] * columns
         for row in range(self._rows):
             if row == _BASELINE:
                 continue
             start = row * _WIDTH + 1
-            for index, value in enumerate(values[start : start + len(COUNTER_NAMES)]):
+            for index, value in enumerate(values[start : start + columns]):
                 totals[index] += value
         return totals
 

@@ -1,6 +1,7 @@
 """Directives that write reference tables from the code, so the pages cannot drift from it:
-``redislock-options`` (every task option of the option schema, the modes' included) and
-``redislock-settings`` (the ``redislock_*`` app settings and their defaults)."""
+``redislock-options`` (every task option of the option schema, the modes' included),
+``redislock-settings`` (the ``redislock_*`` app settings and their defaults) and
+``redislock-counters`` (the counters ``inspect redislock_stats`` reports, the modes' included)."""
 
 from __future__ import annotations
 
@@ -135,7 +136,22 @@ class SettingsDirective(Directive):
         return [_table(self.state, ["setting", "default", "meaning"], rows, [22, 12, 66])]
 
 
+class CountersDirective(Directive):
+    """The counters table: ``registered_counters()`` once every mode and gate has registered,
+    in the order ``inspect redislock_stats`` reports them."""
+
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        import celery_redislock.modes  # noqa: F401  (the modes add their counters on import)
+        from celery_redislock.engine.counting import registered_counters
+
+        rows = [[_literal(c.name), c.doc, c.owner.removeprefix("the ")] for c in registered_counters()]
+        return [_table(self.state, ["counter", "counts", "owner"], rows, [20, 64, 16])]
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("redislock-options", OptionsDirective)
     app.add_directive("redislock-settings", SettingsDirective)
+    app.add_directive("redislock-counters", CountersDirective)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

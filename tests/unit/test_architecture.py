@@ -317,36 +317,54 @@ def test_every_logger_is_named_by_its_module() -> None:
     assert not misnamed, "loggers not named getLogger(__name__):\n  " + "\n  ".join(misnamed)
 
 
-def test_seconds_become_milliseconds_in_one_place() -> None:
-    # engine.timing.to_ms: one rounding rule and floor, where copies rounded, truncated or ceiled.
-    def times_1000(node: ast.AST) -> bool:
-        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)):
-            return False
-        return any(
-            isinstance(side, ast.Constant) and side.value in (1000, 1e3) for side in (node.left, node.right)
-        )
+def _where(module: str, node: ast.AST) -> str:
+    return f"{MODULES[module].relative_to(ROOT.parent)}:{getattr(node, 'lineno', 0)}"
 
-    found = [
-        f"{MODULES[module].relative_to(ROOT.parent)}:{node.lineno}"
-        for module, path in MODULES.items()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-        if times_1000(node)
-    ]
-    assert len(found) == 1 and found[0].startswith("celery_redislock/engine/timing.py:"), (
-        "seconds converted to milliseconds outside engine.timing.to_ms:\n  " + "\n  ".join(found)
+
+def _scaled_by(node: ast.AST, factors: tuple[float, ...]) -> bool:
+    """Whether ``node`` multiplies or divides by one of ``factors`` (``1000``, ``1e3``, ``1000.0``...)."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div, ast.FloorDiv))):
+        return False
+    return any(
+        isinstance(side, ast.Constant) and type(side.value) in (int, float) and side.value in factors
+        for side in (node.left, node.right)
     )
 
 
-def test_lua_is_read_and_registered_by_the_engine_alone() -> None:
-    # One loader (engine.script_runner.package_script) and the engine's clients register
-    # scripts; a mode hands its source to the engine's ScriptRunner.
-    outside = [
-        f"{MODULES[module].relative_to(ROOT.parent)}:{call.lineno} {name}"
-        for name in ("register_script", "files", "eval", "evalsha", "script_load")
-        for module, call in calls_of(name)
-        if unit(module) != "engine"
+def test_seconds_and_milliseconds_are_converted_in_one_place() -> None:
+    # engine.timing: to_ms (one rounding rule and floor) and to_seconds / ttl_seconds (one rule
+    # for PTTL's -1 and -2), where copies rounded, truncated or ceiled, and read -1 as 0 or none.
+    found = [
+        (module, _where(module, node))
+        for module, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if _scaled_by(node, (1000,))
     ]
-    assert not outside, "Lua read or run outside the engine:\n  " + "\n  ".join(outside)
+    outside = [where for module, where in found if module != f"{PACKAGE}.engine.timing"]
+    assert found and not outside, (
+        "seconds and milliseconds converted outside engine.timing:\n  " + "\n  ".join(outside)
+    )
+
+
+def test_the_server_clock_is_read_in_one_place() -> None:
+    # engine.timing.server_time asks TIME, time_of reads its reply (a script's included).
+    timing = f"{PACKAGE}.engine.timing"
+    asked = [
+        _where(module, call)
+        for module, call in calls_of("time")
+        if module != timing
+        and not (isinstance(call.func, ast.Attribute) and ast.unparse(call.func) == "time.time")
+    ]
+    named = [
+        _where(module, node)
+        for module, path in MODULES.items()
+        if module != timing
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if (isinstance(node, ast.Constant) and node.value == "TIME") or _scaled_by(node, (1_000_000,))
+    ]
+    assert not asked + named, "the server's TIME asked or read outside engine.timing:\n  " + "\n  ".join(
+        asked + named
+    )
 
 
 def test_importing_the_config_loads_no_celery() -> None:
@@ -393,3 +411,42 @@ def test_every_option_is_declared_once_by_its_spec() -> None:
     # The task class reads them: each option an attribute, None ("ask the configuration").
     missing = sorted(name for name in names if vars(SingletonTask).get(name, "missing") is not None)
     assert not missing, f"options that are not a None attribute of SingletonTask: {missing}"
+
+
+def _counted(call: ast.Call) -> str | None:
+    """The name a ``count(...)`` (or ``counting.count(...)``) call counts, if a literal."""
+    first = call.args[0] if call.args else None
+    return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+
+
+def test_every_counted_name_is_registered_by_somebody() -> None:
+    # engine.counting drops a count of a name no one registered (logged once): a typo would
+    # count nothing. The core's counters are engine.counting's; a mode's or gate's, its own.
+    from celery_redislock import SingletonTask
+    from celery_redislock.engine.counting import counter_names
+
+    assert SingletonTask  # loading it registers every mode and gate
+    counted = [  # not itertools.count
+        (f"{MODULES[module].relative_to(ROOT.parent)}:{call.lineno}", _counted(call))
+        for module, call in calls_of("count")
+        if isinstance(call.func, ast.Name) or ast.unparse(call.func) == "counting.count"
+    ]
+    assert counted, "the reader found no count"
+    unnamed = [where for where, name in counted if name is None]
+    assert not unnamed, "counts not of a literal name, which this test cannot check:\n  " + "\n  ".join(
+        unnamed
+    )
+    unknown = [f"{where} {name!r}" for where, name in counted if name not in counter_names()]
+    assert not unknown, "counted, registered by no one:\n  " + "\n  ".join(unknown)
+
+
+def test_lua_is_read_and_registered_by_the_engine_alone() -> None:
+    # One loader (engine.script_runner.package_script) and the engine's clients register
+    # scripts; a mode hands its source to the engine's ScriptRunner.
+    outside = [
+        f"{MODULES[module].relative_to(ROOT.parent)}:{call.lineno} {name}"
+        for name in ("register_script", "files", "eval", "evalsha", "script_load")
+        for module, call in calls_of(name)
+        if unit(module) != "engine"
+    ]
+    assert not outside, "Lua read or run outside the engine:\n  " + "\n  ".join(outside)

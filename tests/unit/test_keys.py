@@ -692,3 +692,9 @@ def test_a_tagged_prefix_keeps_its_tag_in_the_mode_keys() -> None:
 def test_a_prefix_or_name_whose_keys_cannot_share_a_slot_is_refused(prefix: str, name: str) -> None:
     with pytest.raises(OptionError, match=r"'}' outside a \{hash tag\}.*redislock_key_prefix"):
         KeyBuilder(prefix, name, f)
+
+
+def test_a_rate_limiters_log_is_its_name_under_its_prefix() -> None:
+    assert keys.rate_limiter_key("redislock:rate", "brief") == "redislock:rate:brief"
+    assert keys.rate_limiter_key("", "brief") == "brief"
+    assert keys.rate_keys("{t}:rate:brief")[1:] == ("{t}:rate:brief:reserved", "{t}:rate:brief:hops")

@@ -14,6 +14,7 @@ import pytest
 from celery_redislock.config.options import option_names
 from celery_redislock.config.schema import LOCK, OptionSpec, add_options, option_specs
 from celery_redislock.engine.checks import check_flag
+from celery_redislock.engine.counting import counter_names
 
 SCRIPT = textwrap.dedent(
     """
@@ -23,6 +24,7 @@ SCRIPT = textwrap.dedent(
     from celery_redislock.config.options import LockOptions, option_names
     from celery_redislock.config.schema import OptionSpec
     from celery_redislock.engine.checks import check_flag
+    from celery_redislock.engine.counting import count, counter_names
     from celery_redislock.integration.mode import register, register_gate
     from celery_redislock.integration.plain import PlainMode
     from celery_redislock.integration.runtime import runtime_for
@@ -32,6 +34,7 @@ SCRIPT = textwrap.dedent(
         options: ClassVar[tuple[OptionSpec, ...]] = (
             OptionSpec("stamp", False, check_flag, "Stamp it.", "bool", "stamp"),
         )
+        counters: ClassVar[dict[str, str]] = {"stamped": "calls stamped"}
 
         def selects(self, options: LockOptions) -> bool:
             return bool(options.value("stamp"))
@@ -46,6 +49,7 @@ SCRIPT = textwrap.dedent(
         options: ClassVar[tuple[OptionSpec, ...]] = (
             OptionSpec("audited", False, check_flag, "Audit it.", "bool", "audit"),
         )
+        counters: ClassVar[dict[str, str]] = {"audit_refused": "calls the audit refused"}
 
         def selects(self, options: LockOptions) -> bool:
             return bool(options.value("audited"))
@@ -59,6 +63,10 @@ SCRIPT = textwrap.dedent(
     register(StampMode())
     register_gate(AuditGate())
     assert {"stamp", "audited"} <= option_names()
+    assert counter_names()[-2:] == ("stamped", "audit_refused"), counter_names()
+    from celery_redislock.ops.stats import counters
+    count("stamped", 2)
+    assert counters.snapshot()["stamped"] == 2 and counters.snapshot()["audit_refused"] == 0
     # The task class reads the schema: a registered mode's option is its attribute, None.
     assert SingletonTask.stamp is None and SingletonTask.audited is None
 
@@ -104,11 +112,12 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_a_registered_mode_and_gate_bring_their_options_rules_and_plans() -> None:
+def test_a_registered_mode_and_gate_bring_their_options_rules_counters_and_plans() -> None:
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
     assert not {"stamp", "audited"} & option_names()  # this process never saw them
+    assert not {"stamped", "audit_refused"} & set(counter_names())
 
 
 def test_an_option_name_has_one_owner() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -12,8 +13,10 @@ from collections.abc import Callable
 
 import pytest
 
+from celery_redislock.engine import counting
+from celery_redislock.engine.counting import add_counters, counter_names
 from celery_redislock.ops.control import redislock_stats
-from celery_redislock.ops.stats import COUNTER_NAMES, Counters, counters
+from celery_redislock.ops.stats import Counters, counters
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -56,7 +59,7 @@ def test_a_forked_child_counts_into_its_parent() -> None:
 
     assert in_child(child) == 0
     assert in_child(child) == 0
-    assert shared.snapshot() == {**dict.fromkeys(COUNTER_NAMES, 0), "acquired": 5, "skipped": 2}
+    assert shared.snapshot() == {**dict.fromkeys(counter_names(), 0), "acquired": 5, "skipped": 2}
 
 
 def test_concurrent_children_and_threads_lose_no_increment() -> None:
@@ -92,7 +95,7 @@ def test_reset_clears_the_counters_of_every_process() -> None:
     shared = shared_counters()
     shared.incr("lost", 4)
     assert in_child(shared.reset) == 0
-    assert shared.snapshot() == dict.fromkeys(COUNTER_NAMES, 0)
+    assert shared.snapshot() == dict.fromkeys(counter_names(), 0)
 
     shared.incr("lost")
     shared.reset()
@@ -153,9 +156,33 @@ def test_a_reset_in_one_process_leaves_later_counts_of_another_whole() -> None:
         os.close(fd)
 
 
-def test_unknown_counter_names_the_known_ones() -> None:
-    with pytest.raises(KeyError, match="unknown counter 'aquired'; known: acquired, skipped, retried"):
-        Counters().incr("aquired")
+def test_an_unknown_counter_is_logged_once_not_raised(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Seen red: this raised KeyError, which a count made inside a task would have failed it with.
+    monkeypatch.setattr(counting, "_warned", set())
+    shared = shared_counters()
+    with caplog.at_level(logging.WARNING, logger="celery_redislock.engine.counting"):
+        shared.incr("aquired")
+        shared.incr("aquired")
+    assert [r.getMessage()[:52] for r in caplog.records] == [
+        "Not counted: 'aquired' is not a registered counter ("
+    ]
+    assert shared.snapshot() == dict.fromkeys(counter_names(), 0)
+
+
+def test_a_counter_registered_after_the_table_is_shared_is_summed_over_the_children(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The table has a column for every counter that may register: a mode registered once the
+    # worker mapped it (before its pool forks) still counts in every child.
+    monkeypatch.setattr(counting, "_counters", dict(counting._counters))
+    shared = shared_counters()
+    add_counters({"stamped": "calls stamped"}, "the stamp mode")
+    assert in_child(lambda: shared.incr("stamped", 2)) == 0
+    shared.incr("stamped")
+    assert shared.snapshot()["stamped"] == 3
+    assert list(shared.snapshot()) == list(counter_names())
 
 
 def test_a_child_killed_while_holding_the_lock_does_not_wedge_the_others() -> None:
@@ -201,7 +228,7 @@ def test_inspect_command_reports_this_process_and_the_global_counters() -> None:
         reply = redislock_stats(None)
         assert reply["pid"] == os.getpid()
         assert reply["counters"]["redis_errors"] == before + 1
-        assert set(reply["counters"]) == set(COUNTER_NAMES)
+        assert set(reply["counters"]) == set(counter_names())
     finally:
         counters.incr("redis_errors", -1)
 
