@@ -29,7 +29,6 @@ from ..engine.holders import (
     handover_id,
     holder_id,
     local_pid,
-    process_alive,
     queued_id,
     task_id_of,
 )
@@ -37,6 +36,7 @@ from ..engine.leases import REDIS_ERRORS
 from ..engine.redis_semaphore import take_slot
 from ..engine.renewal import Renewer, get_renewer
 from ..engine.waiting import wait_for
+from .liveness import process_alive
 from .mode import Mode
 from .request_lock import RedisLockInfo, unwatch, watch
 from .runtime import Runtime

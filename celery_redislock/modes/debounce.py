@@ -27,7 +27,7 @@ from ..config.schema import OptionSpec
 from ..config.urls import mask_url
 from ..engine.checks import number_text, optional_seconds
 from ..engine.counting import count
-from ..engine.holders import debounced_id, task_id_of
+from ..engine.holders import tagged_id, task_id_of
 from ..engine.keys import slot_key
 from ..engine.leases import REDIS_ERRORS, as_text
 from ..engine.script_runner import ScriptRunner, package_script
@@ -44,7 +44,15 @@ from ..signals import send_duplicate
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
 
-__all__ = ["DEBOUNCE_CALL", "DEBOUNCE_RUN", "DebounceMode", "debounce_call", "debounce_keys", "debounce_run"]
+__all__ = [
+    "DEBOUNCE_CALL",
+    "DEBOUNCE_RUN",
+    "DebounceMode",
+    "debounce_call",
+    "debounce_keys",
+    "debounce_run",
+    "debounced_id",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -208,6 +216,12 @@ class DebounceMode(PlainMode):
             )
             skip(task, options, error)
         retry_duplicate(task, options, error, unlimited=True)
+
+
+def debounced_id(task_id: str) -> str:
+    """How a superseded call names the later call ``task_id`` of its burst (never a lock's
+    value either)."""
+    return tagged_id(task_id, "debounced")
 
 
 def user_max_retries(task: Task[Any, Any]) -> int | None:

@@ -29,7 +29,7 @@ from ..config.urls import mask_url
 from ..engine import Lease
 from ..engine.checks import check_flag
 from ..engine.counting import count
-from ..engine.holders import any_delivery_prefix, latest_id, task_id_of
+from ..engine.holders import any_delivery_prefix, tagged_id, task_id_of
 from ..engine.keys import slot_key
 from ..engine.leases import REDIS_ERRORS, as_text
 from ..engine.script_runner import ScriptRunner, package_script
@@ -51,6 +51,7 @@ __all__ = [
     "PENDING_POLL",
     "KeepLatestMode",
     "LatestReply",
+    "latest_id",
     "latest_key",
     "step",
 ]
@@ -184,6 +185,12 @@ def _record(task: AnyTask, runtime: Runtime, key: str, task_id: str, ttl_ms: int
             exc,
         )
         return False
+
+
+def latest_id(task_id: str) -> str:
+    """How a replaced call names the later call ``task_id`` that replaced it (never a lock's
+    value: the holder a replaced call's DuplicateTaskError names)."""
+    return tagged_id(task_id, "latest")
 
 
 def latest_ttl(options: LockOptions) -> int:

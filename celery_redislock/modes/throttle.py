@@ -16,7 +16,7 @@ from ..config.options import LockOptions
 from ..config.schema import OptionSpec
 from ..engine.checks import optional_seconds
 from ..engine.counting import count
-from ..engine.holders import task_id_of, throttled_id
+from ..engine.holders import tagged_id, task_id_of
 from ..engine.leases import as_text
 from ..engine.script_runner import ScriptRunner, package_script
 from ..engine.timing import to_ms
@@ -26,7 +26,7 @@ from ..integration.plain import PlainMode
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
 
-__all__ = ["THROTTLE_END", "ThrottleMode", "end_window"]
+__all__ = ["THROTTLE_END", "ThrottleMode", "end_window", "throttled_id"]
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +93,12 @@ class ThrottleMode(PlainMode):
         elif reply != 2:
             lost_at_release(lease)
         return True
+
+
+def throttled_id(task_id: str) -> str:
+    """The value a throttled key keeps after the run of ``task_id`` ended, for the rest of the
+    window that run opened."""
+    return tagged_id(task_id, "throttled")
 
 
 def end_window(scripts: ScriptRunner, key: str, holder: str, keep_as: str, left_ms: int, notify: str) -> Any:
