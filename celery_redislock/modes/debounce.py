@@ -24,7 +24,6 @@ from celery.utils import uuid
 from ..config.mode_rules import Clash
 from ..config.options import LockOptions
 from ..config.schema import OptionSpec
-from ..config.urls import mask_url
 from ..engine.checks import number_text, optional_seconds
 from ..engine.counting import count
 from ..engine.holders import tagged_id, task_id_of
@@ -38,7 +37,7 @@ from ..integration.acquisition import Execution
 from ..integration.mode import Send
 from ..integration.outcomes import drop_finished, retry_duplicate, skip
 from ..integration.plain import PlainMode
-from ..integration.sending import keyed_headers, seconds_until
+from ..integration.sending import keyed_headers, seconds_until, unreachable_at_send
 from ..signals import send_duplicate
 
 if TYPE_CHECKING:
@@ -158,14 +157,7 @@ class DebounceMode(PlainMode):
         except REDIS_ERRORS as exc:
             # Not recorded: it is sent with the full delay and runs when due (a burst then runs
             # more than once, which is better than losing its last call).
-            count("redis_errors")
-            logger.warning(
-                "Sending %s[%s] undebounced: Redis at %s is unreachable (%r)",
-                task.name,
-                task_id,
-                mask_url(runtime.settings.url),
-                exc,
-            )
+            unreachable_at_send(logger, call, task_id, key, exc, "undebounced")
             delay_ms = debounce_ms
         # A countdown or eta the caller gave delays it further, never less.
         countdown = max(asked, to_seconds(delay_ms))

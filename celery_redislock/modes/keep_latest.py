@@ -25,7 +25,6 @@ from celery.utils import uuid
 from ..config.mode_rules import Clash
 from ..config.options import LockOptions
 from ..config.schema import OptionSpec
-from ..config.urls import mask_url
 from ..engine import Lease
 from ..engine.checks import check_flag
 from ..engine.counting import count
@@ -35,18 +34,18 @@ from ..engine.leases import REDIS_ERRORS, as_text
 from ..engine.script_runner import ScriptRunner, package_script
 from ..engine.scripts import ttl_arg
 from ..engine.timing import DEFAULT_RETRY_DELAY, to_ms
-from ..integration.acquisition import Execution, Outcome, Refused, freed_dead_delivery, hold
+from ..integration.acquisition import Execution, Outcome, Refused, hold
 from ..integration.mode import Send
 from ..integration.outcomes import on_duplicate, requeue
 from ..integration.plain import PlainMode
-from ..integration.runtime import Runtime
-from ..integration.sending import keyed_headers
+from ..integration.sending import keyed_headers, unreachable_at_send
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
 
 __all__ = [
     "KEEP_LATEST",
+    "KEEP_LATEST_SENT",
     "PENDING_HEADER",
     "PENDING_POLL",
     "KeepLatestMode",
@@ -59,6 +58,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 KEEP_LATEST = package_script(__package__, "keep_latest.lua")
+KEEP_LATEST_SENT = package_script(__package__, "keep_latest_sent.lua")
 
 #: The message header (a request attribute in the worker) marking a call recorded as the latest
 #: already (when sent, or a re-queued pending call): it only checks whether it is still the
@@ -124,7 +124,7 @@ class KeepLatestMode(PlainMode):
         task, runtime, plan, options = call.task, call.runtime, call.plan, call.options
         key, headers = keyed_headers(task, plan, call.args, call.kwargs, options)
         task_id = uuid()
-        recorded = _record(task, runtime, key, task_id, latest_ttl(plan.options))
+        recorded = _record(call, key, task_id)
         if recorded:
             headers[PENDING_HEADER] = "1"
         try:
@@ -147,10 +147,7 @@ class KeepLatestMode(PlainMode):
         (raises ``Ignore``). Raises ``redis.RedisError`` when Redis is unreachable."""
         recheck = bool(getattr(task.request, PENDING_HEADER, None))
         reply = _step(execution, recheck)
-        if reply.status == "pending" and execution.held_by_dead_delivery(reply.other):
-            # This very message, from a child that died here: take over, as acquire() does.
-            execution.runtime.engine.release(execution.key, reply.other)
-            freed_dead_delivery(execution, reply.other)
+        if reply.status == "pending" and execution.take_over_dead((reply.other,)):
             reply = _step(execution, recheck=True)
         if reply.status == "run":
             lease = Lease(execution.key, execution.holder, execution.options.timeout_ms)
@@ -168,22 +165,16 @@ class KeepLatestMode(PlainMode):
         on_duplicate(task, options, key, holder, "raise" if options.on_duplicate == "raise" else "skip")
 
 
-def _record(task: AnyTask, runtime: Runtime, key: str, task_id: str, ttl_ms: int) -> bool:
+def _record(call: Send, key: str, task_id: str) -> bool:
     """Record ``task_id`` as ``key``'s latest call, before its publish (a worker may take the
     message at once, and must find it the latest); False when Redis is unreachable: its worker
     records it when it takes it (it replaces fewer calls queued meanwhile, but loses none)."""
     try:
-        runtime.engine.client.set(latest_key(key), task_id, px=ttl_ms)
+        ttl_ms = latest_ttl(call.plan.options)
+        call.runtime.scripts.run(KEEP_LATEST_SENT, [latest_key(key)], [task_id, ttl_arg(ttl_ms)])
         return True
     except REDIS_ERRORS as exc:
-        count("redis_errors")
-        logger.warning(
-            "Sending %s[%s] unrecorded as the latest: Redis at %s is unreachable (%r)",
-            task.name,
-            task_id,
-            mask_url(runtime.settings.url),
-            exc,
-        )
+        unreachable_at_send(logger, call, task_id, key, exc, "unrecorded as the latest")
         return False
 
 
