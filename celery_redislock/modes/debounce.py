@@ -61,7 +61,8 @@ DEBOUNCE_RUN = package_script(__package__, "debounce_run.lua")
 
 class DebounceMode(PlainMode):
     name = "debounce"
-    send_option = "debounce"
+    option = "debounce"
+    own_send = True
     options: ClassVar[tuple[OptionSpec, ...]] = (
         OptionSpec(
             "debounce",
@@ -89,14 +90,10 @@ class DebounceMode(PlainMode):
         "debounce_lost": "a burst's latest call lost when a ``max_retries`` the task sets ran out",
     }
 
-    def selects(self, options: LockOptions) -> bool:
-        return options.value("debounce") is not None
-
     def clash(self, options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
         """Each call is delayed in the queue and the burst's latest runs in the worker, after
         the previous burst's run: not locked at enqueue (that would refuse the later calls at
-        send, which must replace the first), not released at the start (``lock_until=
-        "started"``), on one lock (not a semaphore's slots), not with another mode. Its calls'
+        send, which must replace the first), on one lock (not a semaphore's slots). Its calls'
         ends are its own: a superseded call is skipped, the latest waits out a running one, so
         ``on_duplicate`` "skip" or "raise" set with it ask for what never happens (set in
         another layer, a default for every task there, they do not apply to it).
@@ -114,15 +111,9 @@ class DebounceMode(PlainMode):
         if options.get("lock_on") == "enqueue":
             problem = "cannot be used with lock_on='enqueue' (every call of a burst is sent, the latest runs)"
             return "debounce", problem, "lock_on"
-        if options.get("lock_until") == "started":
-            problem = "cannot be used with lock_until='started' (the burst's run waits out the previous one)"
-            return "debounce", problem, "lock_until"
         if limit > 1:
             problem = f"cannot be used with max_concurrency={limit} (use 1: one run of a key at a time)"
             return "debounce", problem, "max_concurrency"
-        for other in ("throttle", "keep_latest"):
-            if options.get(other):
-                return "debounce", f"cannot be used with {other} (choose one mode)", other
         strategy = options.get("on_duplicate")
         if not merged and strategy in ("skip", "raise"):
             problem = (

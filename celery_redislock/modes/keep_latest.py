@@ -71,7 +71,8 @@ PENDING_POLL = DEFAULT_RETRY_DELAY
 
 class KeepLatestMode(PlainMode):
     name = "keep_latest"
-    send_option = "keep_latest"
+    option = "keep_latest"
+    own_send = True
     options: ClassVar[tuple[OptionSpec, ...]] = (
         OptionSpec(
             "keep_latest",
@@ -87,9 +88,6 @@ class KeepLatestMode(PlainMode):
         "replaced": "pending ``keep_latest`` calls replaced by a later one"
     }
 
-    def selects(self, options: LockOptions) -> bool:
-        return bool(options.value("keep_latest"))
-
     def selected_by(self, value: Any) -> bool:
         return bool(value)
 
@@ -97,15 +95,12 @@ class KeepLatestMode(PlainMode):
         """A refused call is the pending one (re-queued until the key is free or a later call
         replaces it; ``on_duplicate`` only says whether a replaced call is skipped or, with
         "raise", fails): decided in the worker (not at enqueue), on one lock (not a semaphore),
-        taken without a fencing token, never with a throttle (which call would a window
-        keep?)."""
+        taken without a fencing token."""
         if not options.get("keep_latest"):
             return None
         if options.get("fencing") is True:
             problem = "True cannot be used with fencing (keep_latest takes its lock without a token)"
             return "keep_latest", problem, "fencing"
-        if options.get("throttle") is not None:
-            return "keep_latest", "True cannot be used with throttle (choose one mode)", "throttle"
         if limit > 1:
             problem = f"True cannot be used with max_concurrency={limit} (one running, one pending)"
             return "keep_latest", problem, "max_concurrency"

@@ -35,6 +35,7 @@ THROTTLE_END = package_script(__package__, "throttle_end.lua")
 
 class ThrottleMode(PlainMode):
     name = "throttle"
+    option = "throttle"
     retry_keeps_lock = True
     counters: ClassVar[Mapping[str, str]] = {
         "throttled": "calls refused inside a throttle's window, in the worker or at send",
@@ -50,19 +51,12 @@ class ThrottleMode(PlainMode):
         ),
     )
 
-    def selects(self, options: LockOptions) -> bool:
-        return options.value("throttle") is not None
-
     def clash(self, options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
-        """The window is kept on one key, so not a semaphore's slots; it starts when a run
-        starts, so the lock must be held from there (not released at the start)."""
+        """The window is kept on one key, so not a semaphore's slots."""
         if options.get("throttle") is None:
             return None
         if limit > 1:
             return "throttle", f"cannot be used with max_concurrency={limit} (use 1)", "max_concurrency"
-        if options.get("lock_until") == "started":
-            problem = "cannot be used with lock_until='started' (the window starts when the run starts)"
-            return "throttle", problem, "lock_until"
         return None
 
     def on_refused(self, task: AnyTask, options: LockOptions, key: str, holder: str) -> NoReturn:
