@@ -1,14 +1,10 @@
-"""Holder ids, every form in one place: built, parsed and matched here (Lua matches them by
-the prefixes and suffixes these functions give).
+"""The holder-id grammar: every form is built, parsed and matched by these functions (Lua
+matches them by the prefixes and suffixes these functions give).
 
 - ``{task id}@{node}:{boot id}:{pid}:{n}``: an execution (a delivery of a message) holding its lock;
 - ``{task id}@queued``: a lock taken by ``apply_async`` (``lock_on="enqueue"``);
 - ``{task id}@handover``: a lock kept for the next run of a task id (a retry);
-- ``{task id}@throttled``: a throttle's window, kept after the run of that task id that opened it;
-- ``{task id}@debounced``: names the later call that superseded a debounced call (never a
-  lock's value either);
-- ``{task id}@latest``: names the call that replaced a pending ``keep_latest`` call (never a
-  lock's value: the holder a replaced call's DuplicateTaskError names);
+- ``{task id}@{tag}``: a mode's own form (``tagged_id``), named and documented by its mode;
 - ``{uuid4 hex}@{host}:{pid}``: a ``RedisLock``/``RedisSemaphore`` acquisition.
 """
 
@@ -19,25 +15,21 @@ import os
 import secrets
 import socket
 import uuid
-from pathlib import Path
 
 __all__ = [
     "BOOT_ID",
     "HANDOVER_SUFFIX",
     "QUEUED_SUFFIX",
     "any_delivery_prefix",
-    "debounced_id",
     "handover_id",
     "held_by_no_execution",
     "holder_id",
     "holder_prefix",
-    "latest_id",
     "local_pid",
     "new_holder_id",
-    "process_alive",
     "queued_id",
+    "tagged_id",
     "task_id_of",
-    "throttled_id",
 ]
 
 
@@ -76,27 +68,18 @@ def holder_id(task_id: str, hostname: str | None) -> str:
     return f"{_escaped(task_id)}{tail}{next(_sequence)}"
 
 
-def process_alive(pid: int) -> bool:
-    """Whether a process with ``pid`` runs on this host (signal 0 checks without sending); a
-    zombie waiting for its parent to reap it is dead already."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):  # no /proc (macOS): signal 0 is all we know
-        return True
-
-
 def holder_prefix(task_id: str, hostname: str | None, pid: int | None = None) -> str:
     """What every holder id of ``task_id`` taken by this worker instance (node ``hostname``,
     this BOOT_ID: the parent and all its children) starts with; given ``pid``, every one taken
     by that process of it."""
     prefix = f"{_escaped(task_id)}@{node_name(hostname)}:{BOOT_ID}:"
     return prefix if pid is None else f"{prefix}{pid}:"
+
+
+def tagged_id(task_id: str, tag: str) -> str:
+    """``{task id}@{tag}``: a holder id naming ``task_id`` and no execution (its run is over, or
+    to come). ``tag`` says what it stands for; no execution's holder id ends that way."""
+    return f"{_escaped(task_id)}@{tag}"
 
 
 def local_pid(holder: str, task_id: str, hostname: str | None) -> int | None:
@@ -149,19 +132,3 @@ def new_holder_id() -> str:
     """A fresh holder id for a ``RedisLock`` or ``RedisSemaphore``: unique, and naming the host
     and process for whoever reads it."""
     return f"{uuid.uuid4().hex}@{socket.gethostname()}:{os.getpid()}"
-
-
-def throttled_id(task_id: str) -> str:
-    """The value a throttled key keeps after the run of ``task_id`` ended, for the rest of the
-    window that run opened (``throttle``)."""
-    return f"{_escaped(task_id)}@throttled"
-
-
-def latest_id(task_id: str) -> str:
-    """How a replaced ``keep_latest`` call names the later call ``task_id`` that replaced it."""
-    return f"{_escaped(task_id)}@latest"
-
-
-def debounced_id(task_id: str) -> str:
-    """How a superseded ``debounce`` call names the later call ``task_id`` of its burst."""
-    return f"{_escaped(task_id)}@debounced"

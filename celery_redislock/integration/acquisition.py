@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Union
 
@@ -29,7 +30,6 @@ from ..engine.holders import (
     handover_id,
     holder_id,
     local_pid,
-    process_alive,
     queued_id,
     task_id_of,
 )
@@ -37,6 +37,7 @@ from ..engine.leases import REDIS_ERRORS
 from ..engine.redis_semaphore import take_slot
 from ..engine.renewal import Renewer, get_renewer
 from ..engine.waiting import wait_for
+from .liveness import process_alive
 from .mode import Mode
 from .request_lock import RedisLockInfo, unwatch, watch
 from .runtime import Runtime
@@ -47,7 +48,6 @@ __all__ = [
     "Outcome",
     "Refused",
     "acquire",
-    "freed_dead_delivery",
     "hold",
     "lost_at_release",
     "release_queued",
@@ -94,6 +94,31 @@ class Execution:
         the same node name (another host or container) is never judged by its pid."""
         pid = local_pid(holder, self.task_id, self.hostname)
         return pid is not None and not process_alive(pid)
+
+    def take_over_dead(self, holders: Iterable[str], engine: LeaseEngine | None = None) -> bool:
+        """Free the first of ``holders`` (of its key, on ``engine``: the lock engine unless
+        given) that is this very message delivered to a child of this worker that died: Celery
+        re-queued it (``reject_on_worker_lost``) without telling anyone, so it is not a
+        duplicate. True: one was freed, and the caller asks for the key again."""
+        dead = next((holder for holder in holders if self.held_by_dead_delivery(holder)), None)
+        if dead is None:
+            return False
+        runtime, key = self.runtime, self.key
+        if engine is None:
+            runtime.engine.release(key, dead)
+        else:  # a semaphore's slot: executions may queue for it (on_duplicate="wait")
+            engine.release(key, dead, notify=runtime.release_channel(key))
+        # The parent was told nothing (Celery re-queued the message instead of failing it), so
+        # this is the only trace of the dead child's lock: the same line the parent would log.
+        count("released")
+        logger.info(
+            "Released lock %s of %s[%s]: its worker process died (holder %s; freed by its redelivery)",
+            key,
+            self.task_name,
+            self.task_id,
+            dead,
+        )
+        return True
 
 
 @dataclass(frozen=True)
@@ -187,11 +212,7 @@ def acquire(execution: Execution) -> Outcome:
         return _hold(execution, engine, Lease(key, execution.holder, options.timeout_ms))
     # Found held, or a lock taken at enqueue to take over, or fenced: the acquire script.
     result = _try_acquire(execution, expect_free=False)
-    if not result.acquired and execution.held_by_dead_delivery(result.holder):
-        # This very message, from a child that died here; Celery re-queued it
-        # (reject_on_worker_lost) without telling anyone: not a duplicate, take over.
-        runtime.engine.release(key, result.holder)
-        _freed_dead_delivery(execution, result.holder)
+    if not result.acquired and execution.take_over_dead((result.holder,)):
         result = _try_acquire(execution)
     redelivered = not result.acquired and task_id_of(result.holder) == execution.task_id
     if not result.acquired and not redelivered and execution.options.on_duplicate == "wait":
@@ -211,19 +232,6 @@ def release_queued(runtime: Runtime, key: str, task_id: str) -> None:
     a lock that is not ``{task id}@queued`` (another call's, after ours expired) stays."""
     if runtime.engine.release(key, queued_id(task_id), notify=runtime.release_channel(key)):
         count("released")
-
-
-def _freed_dead_delivery(execution: Execution, holder: str) -> None:
-    # The parent was told nothing (Celery re-queued the message instead of failing it), so
-    # this is the only trace of the dead child's lock: the same line the parent would log.
-    count("released")
-    logger.info(
-        "Released lock %s of %s[%s]: its worker process died (holder %s; freed by its redelivery)",
-        execution.key,
-        execution.task_name,
-        execution.task_id,
-        holder,
-    )
 
 
 def _hold(
@@ -296,10 +304,7 @@ def _acquire_slot(execution: Execution) -> Outcome:
     runtime, options, key = execution.runtime, execution.options, execution.key
     engine = runtime.semaphores
     slot = _take_slot(engine, execution, blocking=False)
-    dead = next((h for h in slot.holders if execution.held_by_dead_delivery(h)), None)
-    if dead is not None:  # this very message, from a child that died here: not a duplicate
-        engine.release(key, dead, notify=runtime.release_channel(key))
-        _freed_dead_delivery(execution, dead)
+    if execution.take_over_dead(slot.holders, engine):
         slot = _take_slot(engine, execution, blocking=False)
     sibling = next((h for h in slot.holders if task_id_of(h) == execution.task_id), None)
     if sibling is not None:
@@ -334,4 +339,3 @@ def _take_slot(engine: SemaphoreEngine, execution: Execution, *, blocking: bool)
 
 # A mode that takes its lock its own way (keep_latest), then hold it as acquire() does.
 hold = _hold
-freed_dead_delivery = _freed_dead_delivery

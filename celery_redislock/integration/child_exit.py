@@ -17,7 +17,7 @@ from celery import bootsteps
 from celery.app.task import Context
 from celery.worker import state
 
-from ..engine.holders import process_alive
+from .liveness import process_alive
 from .parent_release import release_for
 from .task import SingletonTask
 

@@ -7,7 +7,8 @@ The glue asks only ``plan.mode`` and ``plan.gates``, resolved once per plan: it 
 and tests no mode's option. Registering a mode or a gate adds its options to the schema
 (``config.schema``), its combination rules to the options' validation (``config.mode_rules``),
 so registration-time errors name both options, and its counters to those a worker keeps
-(``engine.counting``).
+(``engine.counting``). That a plan has one mode is the registry's own rule (``one_mode``): no
+mode names the others it excludes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "Send",
     "gates_for",
     "mode_for",
+    "one_mode",
     "register",
     "register_gate",
     "registered",
@@ -48,6 +50,8 @@ class Mode(Protocol):
 
     #: The mode's name, as its option is named (``"plain"`` for the default).
     name: ClassVar[str]
+    #: The option whose value selects the mode (``selected_by``); None for the default.
+    option: ClassVar[str | None]
     #: The options the mode owns (``config.schema``): registering the mode registers them.
     options: ClassVar[tuple[OptionSpec, ...]]
     #: A retried run takes over this mode's lock (``release_on_retry=False`` whatever it says):
@@ -60,8 +64,18 @@ class Mode(Protocol):
     #: the mode (``engine.counting``; ``inspect redislock_stats`` reports them).
     counters: ClassVar[Mapping[str, str]]
 
+    def selected_by(self, value: Any) -> bool:
+        """Whether ``option`` set to ``value`` (in a task, a layer, or merged) selects the mode."""
+
     def selects(self, options: LockOptions) -> bool:
         """Whether a plan with ``options`` is this mode's (at most one mode selects any)."""
+
+    def describe_key(
+        self, runtime: Any, key: str, task_name: str, suffix: str, value: str | None
+    ) -> str | None:
+        """How ``celery redislock list`` describes ``key``, kept beside a lock key of
+        ``task_name`` under one of ``key_suffixes`` (``value``: its string value, None when it
+        holds none), or None to leave it out."""
 
     def sends_through(self, task: Any) -> bool:
         """Whether a call of ``task`` may need this mode's ``send``, decided without resolving
@@ -100,6 +114,13 @@ class Gate(Protocol):
     options: ClassVar[tuple[OptionSpec, ...]]
     #: As ``Mode.counters``.
     counters: ClassVar[Mapping[str, str]]
+    #: As ``Mode.key_suffixes``.
+    key_suffixes: ClassVar[Mapping[str, str]]
+
+    def describe_key(
+        self, runtime: Any, key: str, task_name: str, suffix: str, value: str | None
+    ) -> str | None:
+        """As ``Mode.describe_key``."""
 
     def selects(self, options: LockOptions) -> bool:
         """Whether a plan with ``options`` passes through this gate."""
@@ -159,6 +180,8 @@ def register(mode: Mode, *, default: bool = False) -> None:
         return
     if any(known.name == mode.name for known in _modes):
         return  # registered already (a module imported again)
+    if mode.option is None:
+        raise ValueError(f"mode {mode.name!r} names no option that selects it (its 'option')")
     add_options(mode.options)
     add_counters(mode.counters, f"the {mode.name} mode")
     _modes.append(mode)
@@ -191,9 +214,31 @@ def gates_for(options: LockOptions) -> tuple[Gate, ...]:
     return tuple(gate for gate in _gates if gate.selects(options))
 
 
+def one_mode(options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
+    """The registry's rule, asked before any mode's own (which assume their mode is the only
+    one): options that select two modes clash, the later registered naming the earlier."""
+    chosen = [
+        mode for mode in _modes if mode.option is not None and mode.selected_by(options.get(mode.option))
+    ]
+    if len(chosen) < 2:
+        return None
+    earlier, later = chosen[0], chosen[-1]
+    assert earlier.option is not None and later.option is not None
+    value, other = options.get(later.option), options.get(earlier.option)
+    # A flag or a choice says its value ("True cannot be used with lock_until='started'"); a
+    # number of seconds does not.
+    shown = f"{value!r} " if isinstance(value, (bool, str)) else ""
+    named = f"{earlier.option}={other!r}" if isinstance(other, str) else earlier.option
+    return later.option, f"{shown}cannot be used with {named} (choose one mode)", earlier.option
+
+
+add_rule(one_mode)
+
+
 def mode_for(options: LockOptions) -> Mode:
     """The mode of a plan with ``options``: the registered one that selects them, else the
-    default. Asked once per plan."""
+    default. Asked once per plan. Options are validated as they are made, so ``one_mode`` has
+    refused any that select two."""
     for mode in _modes:
         if mode.selects(options):
             return mode

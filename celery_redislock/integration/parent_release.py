@@ -10,8 +10,9 @@ from typing import Any
 
 from ..config.arguments import KEY_HEADER
 from ..engine.counting import count
-from ..engine.holders import holder_prefix, local_pid, process_alive
+from ..engine.holders import holder_prefix, local_pid
 from ..engine.leases import REDIS_ERRORS, LeaseEngine
+from .liveness import process_alive
 from .queues import QUEUE_FIELD
 from .runtime import runtime_for
 from .task import SingletonTask

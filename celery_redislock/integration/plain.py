@@ -27,26 +27,32 @@ class PlainMode:
     """The ``Mode`` protocol's default hooks; a mode subclasses it and overrides its own."""
 
     name: ClassVar[str] = "plain"
+    option: ClassVar[str | None] = None
     options: ClassVar[tuple[OptionSpec, ...]] = ()
     retry_keeps_lock: ClassVar[bool] = False
     key_suffixes: ClassVar[Mapping[str, str]] = {}
     counters: ClassVar[Mapping[str, str]] = {}
-    #: The option whose setting sends the task's calls through the mode's own ``send``
-    #: (``sends_through`` reads it, unresolved); None: the plain ``send`` serves the mode.
-    send_option: ClassVar[str | None] = None
-
-    def selects(self, options: LockOptions) -> bool:
-        return False
+    #: Whether the mode sends its calls its own way (``send``), so a call of a task that may
+    #: select it goes through its plan (``sends_through``); False: the plain ``send`` serves it.
+    own_send: ClassVar[bool] = False
 
     def selected_by(self, value: Any) -> bool:
-        """Whether ``option`` set to ``value`` (in a task or a layer) selects the mode."""
         return value is not None
 
+    def selects(self, options: LockOptions) -> bool:
+        option = self.option
+        return option is not None and self.selected_by(options.value(option))
+
+    def describe_key(
+        self, runtime: Any, key: str, task_name: str, suffix: str, value: str | None
+    ) -> str | None:
+        return None if value is None else self.key_suffixes[suffix].format(value)
+
     def sends_through(self, task: Any) -> bool:
-        """Whether the task's own ``send_option`` selects the mode, or (unset there) any app or
-        queue layer's may; False without one."""
-        option = self.send_option
-        if option is None:
+        """Whether the task's own ``option`` selects a mode with its ``own_send``, or (unset
+        there) any app or queue layer's may; False for any other mode."""
+        option = self.option
+        if option is None or not self.own_send:
             return False
         own = getattr(task, option, None)
         if own is not None:

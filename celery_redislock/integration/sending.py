@@ -32,6 +32,7 @@ __all__ = [
     "seconds_until",
     "send",
     "send_plan",
+    "unreachable_at_send",
 ]
 
 logger = logging.getLogger(__name__)
@@ -73,21 +74,8 @@ def send(call: Send) -> Any:
         # Takes the key, or re-enters this task id's own queued lock (a retry's).
         result = runtime.engine.acquire(key, queued, ttl_ms)
     except REDIS_ERRORS as exc:
-        count("redis_errors")
-        tls_error = runtime.settings.tls_error(exc)
-        if tls_error is not None:  # a configuration error: sending it anyway would hide it
-            raise tls_error from exc
-        url = mask_url(runtime.settings.url)
-        if plan.options.on_redis_error == "fail":
-            raise LockUnavailableError(task.name, task_id, key, url, exc) from exc
         # "retry" and "run": send it anyway; the worker takes the lock when it runs it.
-        logger.warning(
-            "Sending %s[%s] without an enqueue lock: Redis at %s is unreachable (%r)",
-            task.name,
-            task_id,
-            url,
-            exc,
-        )
+        unreachable_at_send(logger, call, task_id, key, exc, "without an enqueue lock", strict=True)
         return publish(args, kwargs, task_id, headers=headers, **options)
     if not result.acquired and new_call:
         count("refused_at_send")
@@ -110,6 +98,32 @@ def send(call: Send) -> Any:
         if result.acquired:  # nothing was sent: nobody will take the lock over
             runtime.engine.release(key, queued)
         raise
+
+
+def unreachable_at_send(
+    log: logging.Logger,
+    call: Send,
+    task_id: str,
+    key: str,
+    exc: Exception,
+    sent: str,
+    *,
+    strict: bool = False,
+) -> None:
+    """Redis could not be reached while sending ``call`` (as ``task_id``, keyed ``key``): counted,
+    and one WARNING on the sender's ``log`` saying it is sent anyway, ``sent`` (how: "without an
+    enqueue lock"). ``strict``: the call needs Redis at send, so a TLS configuration error (which
+    sending anyway would hide) and ``on_redis_error="fail"`` raise instead."""
+    count("redis_errors")
+    task, runtime = call.task, call.runtime
+    url = mask_url(runtime.settings.url)
+    if strict:
+        tls_error = runtime.settings.tls_error(exc)
+        if tls_error is not None:
+            raise tls_error from exc
+        if call.plan.options.on_redis_error == "fail":
+            raise LockUnavailableError(task.name, task_id, key, url, exc) from exc
+    log.warning("Sending %s[%s] %s: Redis at %s is unreachable (%r)", task.name, task_id, sent, url, exc)
 
 
 def send_plan(task: Any, options: Mapping[str, Any]) -> tuple[Runtime, Plan]:

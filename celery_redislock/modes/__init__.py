@@ -10,7 +10,8 @@ from . import debounce, keep_latest, rate_limit, throttle, until_started
 
 __all__ = ["registered"]
 
-# until_started first: its rules (lock_on, fencing) were the lock's own, asked before any mode's.
+# The order names a clash of two modes (the later registered names the earlier one), and
+# until_started's own rules (lock_on, fencing), once the lock's, are asked before other modes'.
 for _module in (until_started, throttle, keep_latest, debounce):
     register(_module.MODE)
 register_gate(rate_limit.GATE)

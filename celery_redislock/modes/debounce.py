@@ -24,10 +24,9 @@ from celery.utils import uuid
 from ..config.mode_rules import Clash
 from ..config.options import LockOptions
 from ..config.schema import OptionSpec
-from ..config.urls import mask_url
 from ..engine.checks import number_text, optional_seconds
 from ..engine.counting import count
-from ..engine.holders import debounced_id, task_id_of
+from ..engine.holders import tagged_id, task_id_of
 from ..engine.keys import slot_key
 from ..engine.leases import REDIS_ERRORS, as_text
 from ..engine.script_runner import ScriptRunner, package_script
@@ -38,13 +37,21 @@ from ..integration.acquisition import Execution
 from ..integration.mode import Send
 from ..integration.outcomes import drop_finished, retry_duplicate, skip
 from ..integration.plain import PlainMode
-from ..integration.sending import keyed_headers, seconds_until
+from ..integration.sending import keyed_headers, seconds_until, unreachable_at_send
 from ..signals import send_duplicate
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
 
-__all__ = ["DEBOUNCE_CALL", "DEBOUNCE_RUN", "DebounceMode", "debounce_call", "debounce_keys", "debounce_run"]
+__all__ = [
+    "DEBOUNCE_CALL",
+    "DEBOUNCE_RUN",
+    "DebounceMode",
+    "debounce_call",
+    "debounce_keys",
+    "debounce_run",
+    "debounced_id",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +61,8 @@ DEBOUNCE_RUN = package_script(__package__, "debounce_run.lua")
 
 class DebounceMode(PlainMode):
     name = "debounce"
-    send_option = "debounce"
+    option = "debounce"
+    own_send = True
     options: ClassVar[tuple[OptionSpec, ...]] = (
         OptionSpec(
             "debounce",
@@ -82,14 +90,10 @@ class DebounceMode(PlainMode):
         "debounce_lost": "a burst's latest call lost when a ``max_retries`` the task sets ran out",
     }
 
-    def selects(self, options: LockOptions) -> bool:
-        return options.value("debounce") is not None
-
     def clash(self, options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
         """Each call is delayed in the queue and the burst's latest runs in the worker, after
         the previous burst's run: not locked at enqueue (that would refuse the later calls at
-        send, which must replace the first), not released at the start (``lock_until=
-        "started"``), on one lock (not a semaphore's slots), not with another mode. Its calls'
+        send, which must replace the first), on one lock (not a semaphore's slots). Its calls'
         ends are its own: a superseded call is skipped, the latest waits out a running one, so
         ``on_duplicate`` "skip" or "raise" set with it ask for what never happens (set in
         another layer, a default for every task there, they do not apply to it).
@@ -107,15 +111,9 @@ class DebounceMode(PlainMode):
         if options.get("lock_on") == "enqueue":
             problem = "cannot be used with lock_on='enqueue' (every call of a burst is sent, the latest runs)"
             return "debounce", problem, "lock_on"
-        if options.get("lock_until") == "started":
-            problem = "cannot be used with lock_until='started' (the burst's run waits out the previous one)"
-            return "debounce", problem, "lock_until"
         if limit > 1:
             problem = f"cannot be used with max_concurrency={limit} (use 1: one run of a key at a time)"
             return "debounce", problem, "max_concurrency"
-        for other in ("throttle", "keep_latest"):
-            if options.get(other):
-                return "debounce", f"cannot be used with {other} (choose one mode)", other
         strategy = options.get("on_duplicate")
         if not merged and strategy in ("skip", "raise"):
             problem = (
@@ -150,14 +148,7 @@ class DebounceMode(PlainMode):
         except REDIS_ERRORS as exc:
             # Not recorded: it is sent with the full delay and runs when due (a burst then runs
             # more than once, which is better than losing its last call).
-            count("redis_errors")
-            logger.warning(
-                "Sending %s[%s] undebounced: Redis at %s is unreachable (%r)",
-                task.name,
-                task_id,
-                mask_url(runtime.settings.url),
-                exc,
-            )
+            unreachable_at_send(logger, call, task_id, key, exc, "undebounced")
             delay_ms = debounce_ms
         # A countdown or eta the caller gave delays it further, never less.
         countdown = max(asked, to_seconds(delay_ms))
@@ -208,6 +199,12 @@ class DebounceMode(PlainMode):
             )
             skip(task, options, error)
         retry_duplicate(task, options, error, unlimited=True)
+
+
+def debounced_id(task_id: str) -> str:
+    """How a superseded call names the later call ``task_id`` of its burst (never a lock's
+    value either)."""
+    return tagged_id(task_id, "debounced")
 
 
 def user_max_retries(task: Task[Any, Any]) -> int | None:

@@ -25,32 +25,32 @@ from celery.utils import uuid
 from ..config.mode_rules import Clash
 from ..config.options import LockOptions
 from ..config.schema import OptionSpec
-from ..config.urls import mask_url
 from ..engine import Lease
 from ..engine.checks import check_flag
 from ..engine.counting import count
-from ..engine.holders import any_delivery_prefix, latest_id, task_id_of
+from ..engine.holders import any_delivery_prefix, tagged_id, task_id_of
 from ..engine.keys import slot_key
 from ..engine.leases import REDIS_ERRORS, as_text
 from ..engine.script_runner import ScriptRunner, package_script
 from ..engine.scripts import ttl_arg
 from ..engine.timing import DEFAULT_RETRY_DELAY, to_ms
-from ..integration.acquisition import Execution, Outcome, Refused, freed_dead_delivery, hold
+from ..integration.acquisition import Execution, Outcome, Refused, hold
 from ..integration.mode import Send
 from ..integration.outcomes import on_duplicate, requeue
 from ..integration.plain import PlainMode
-from ..integration.runtime import Runtime
-from ..integration.sending import keyed_headers
+from ..integration.sending import keyed_headers, unreachable_at_send
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
 
 __all__ = [
     "KEEP_LATEST",
+    "KEEP_LATEST_SENT",
     "PENDING_HEADER",
     "PENDING_POLL",
     "KeepLatestMode",
     "LatestReply",
+    "latest_id",
     "latest_key",
     "step",
 ]
@@ -58,6 +58,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 KEEP_LATEST = package_script(__package__, "keep_latest.lua")
+KEEP_LATEST_SENT = package_script(__package__, "keep_latest_sent.lua")
 
 #: The message header (a request attribute in the worker) marking a call recorded as the latest
 #: already (when sent, or a re-queued pending call): it only checks whether it is still the
@@ -70,7 +71,8 @@ PENDING_POLL = DEFAULT_RETRY_DELAY
 
 class KeepLatestMode(PlainMode):
     name = "keep_latest"
-    send_option = "keep_latest"
+    option = "keep_latest"
+    own_send = True
     options: ClassVar[tuple[OptionSpec, ...]] = (
         OptionSpec(
             "keep_latest",
@@ -86,9 +88,6 @@ class KeepLatestMode(PlainMode):
         "replaced": "pending ``keep_latest`` calls replaced by a later one"
     }
 
-    def selects(self, options: LockOptions) -> bool:
-        return bool(options.value("keep_latest"))
-
     def selected_by(self, value: Any) -> bool:
         return bool(value)
 
@@ -96,15 +95,12 @@ class KeepLatestMode(PlainMode):
         """A refused call is the pending one (re-queued until the key is free or a later call
         replaces it; ``on_duplicate`` only says whether a replaced call is skipped or, with
         "raise", fails): decided in the worker (not at enqueue), on one lock (not a semaphore),
-        taken without a fencing token, never with a throttle (which call would a window
-        keep?)."""
+        taken without a fencing token."""
         if not options.get("keep_latest"):
             return None
         if options.get("fencing") is True:
             problem = "True cannot be used with fencing (keep_latest takes its lock without a token)"
             return "keep_latest", problem, "fencing"
-        if options.get("throttle") is not None:
-            return "keep_latest", "True cannot be used with throttle (choose one mode)", "throttle"
         if limit > 1:
             problem = f"True cannot be used with max_concurrency={limit} (one running, one pending)"
             return "keep_latest", problem, "max_concurrency"
@@ -123,7 +119,7 @@ class KeepLatestMode(PlainMode):
         task, runtime, plan, options = call.task, call.runtime, call.plan, call.options
         key, headers = keyed_headers(task, plan, call.args, call.kwargs, options)
         task_id = uuid()
-        recorded = _record(task, runtime, key, task_id, latest_ttl(plan.options))
+        recorded = _record(call, key, task_id)
         if recorded:
             headers[PENDING_HEADER] = "1"
         try:
@@ -146,10 +142,7 @@ class KeepLatestMode(PlainMode):
         (raises ``Ignore``). Raises ``redis.RedisError`` when Redis is unreachable."""
         recheck = bool(getattr(task.request, PENDING_HEADER, None))
         reply = _step(execution, recheck)
-        if reply.status == "pending" and execution.held_by_dead_delivery(reply.other):
-            # This very message, from a child that died here: take over, as acquire() does.
-            execution.runtime.engine.release(execution.key, reply.other)
-            freed_dead_delivery(execution, reply.other)
+        if reply.status == "pending" and execution.take_over_dead((reply.other,)):
             reply = _step(execution, recheck=True)
         if reply.status == "run":
             lease = Lease(execution.key, execution.holder, execution.options.timeout_ms)
@@ -167,23 +160,23 @@ class KeepLatestMode(PlainMode):
         on_duplicate(task, options, key, holder, "raise" if options.on_duplicate == "raise" else "skip")
 
 
-def _record(task: AnyTask, runtime: Runtime, key: str, task_id: str, ttl_ms: int) -> bool:
+def _record(call: Send, key: str, task_id: str) -> bool:
     """Record ``task_id`` as ``key``'s latest call, before its publish (a worker may take the
     message at once, and must find it the latest); False when Redis is unreachable: its worker
     records it when it takes it (it replaces fewer calls queued meanwhile, but loses none)."""
     try:
-        runtime.engine.client.set(latest_key(key), task_id, px=ttl_ms)
+        ttl_ms = latest_ttl(call.plan.options)
+        call.runtime.scripts.run(KEEP_LATEST_SENT, [latest_key(key)], [task_id, ttl_arg(ttl_ms)])
         return True
     except REDIS_ERRORS as exc:
-        count("redis_errors")
-        logger.warning(
-            "Sending %s[%s] unrecorded as the latest: Redis at %s is unreachable (%r)",
-            task.name,
-            task_id,
-            mask_url(runtime.settings.url),
-            exc,
-        )
+        unreachable_at_send(logger, call, task_id, key, exc, "unrecorded as the latest")
         return False
+
+
+def latest_id(task_id: str) -> str:
+    """How a replaced call names the later call ``task_id`` that replaced it (never a lock's
+    value: the holder a replaced call's DuplicateTaskError names)."""
+    return tagged_id(task_id, "latest")
 
 
 def latest_ttl(options: LockOptions) -> int:

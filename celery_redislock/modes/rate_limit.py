@@ -34,12 +34,13 @@ from ..config.schema import OptionSpec
 from ..engine.counting import count
 from ..engine.keys import slot_key
 from ..engine.leases import REDIS_ERRORS
-from ..engine.rate_limiter import RateDecision, cancel_reservation, confirm_hop, decide
+from ..engine.rate_limiter import RateDecision, cancel_reservation, confirm_hop, decide, rate_state
 from ..engine.rates import Rate, optional_rate, rate_of
 from ..engine.timing import to_ms
+from ..errors import ConfigurationError
 from ..integration.acquisition import Execution
 from ..integration.outcomes import finished, requeue
-from ..integration.runtime import run_function, runtime_for
+from ..integration.runtime import Runtime, run_function, runtime_for, task_options
 from ..integration.sending import expiry_ttl_ms
 from ..signals import send_rate_limited
 
@@ -108,6 +109,8 @@ class RateLimitGate:
         "call: its later hops are not counted)",
         "rate_copies_dropped": "second copies of a postponed call dropped (a broker gave one out twice)",
     }
+    #: A partition's log, beside its partition key (``describe_key`` reads its state).
+    key_suffixes: ClassVar[Mapping[str, str]] = {RATE_SUFFIX: "rate limit"}
 
     def __init__(self) -> None:
         # (key prefix, task name, rate_limit_key) -> its KeyBuilder, made once per process.
@@ -173,6 +176,20 @@ class RateLimitGate:
                 postpone(task, execution, key, rate, decision, token, hop)
             time.sleep(decision.wait)
 
+    def describe_key(
+        self, runtime: Runtime, key: str, task_name: str, suffix: str, value: str | None
+    ) -> str | None:
+        """A partition's log: its state by the rate of its task, as this process resolves the
+        task's options (its own and the app's; a queue's is not in the key)."""
+        rate = _rate_of_task(runtime, task_name)
+        if rate is None:
+            return "rate limit: no global_rate_limit known here for its task"
+        state = rate_state(runtime.scripts, key, rate_of(rate))
+        if state is None:
+            return None
+        free = "now" if not state.next_free else f"in {state.next_free:.3f}s"
+        return f"rate limit {rate}: {state.started} started in the window, {state.reserved} reserved, next free slot {free}"
+
     def partition(self, task: AnyTask, execution: Execution) -> str:
         """The Redis key of the log of the running call's partition."""
         request = task.request
@@ -186,6 +203,18 @@ class RateLimitGate:
             builder = KeyBuilder(prefix, task.name, run_function(type(task)), given, option="rate_limit_key")
             self._partitions[cache_key] = builder
         return rate_key(builder.key(request.args or (), request.kwargs or {}, task))
+
+
+def _rate_of_task(runtime: Runtime, name: str) -> str | None:
+    task = runtime.app.tasks.get(name)
+    try:
+        options = runtime.settings.options_for(
+            name, task_options(type(task)) if task is not None else {}, None
+        )
+    except ConfigurationError:
+        return None
+    rate: str | None = options.value("global_rate_limit")
+    return rate
 
 
 def postpone(

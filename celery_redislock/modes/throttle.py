@@ -16,7 +16,7 @@ from ..config.options import LockOptions
 from ..config.schema import OptionSpec
 from ..engine.checks import optional_seconds
 from ..engine.counting import count
-from ..engine.holders import task_id_of, throttled_id
+from ..engine.holders import tagged_id, task_id_of
 from ..engine.leases import as_text
 from ..engine.script_runner import ScriptRunner, package_script
 from ..engine.timing import to_ms
@@ -26,7 +26,7 @@ from ..integration.plain import PlainMode
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
 
-__all__ = ["THROTTLE_END", "ThrottleMode", "end_window"]
+__all__ = ["THROTTLE_END", "ThrottleMode", "end_window", "throttled_id"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +35,7 @@ THROTTLE_END = package_script(__package__, "throttle_end.lua")
 
 class ThrottleMode(PlainMode):
     name = "throttle"
+    option = "throttle"
     retry_keeps_lock = True
     counters: ClassVar[Mapping[str, str]] = {
         "throttled": "calls refused inside a throttle's window, in the worker or at send",
@@ -50,19 +51,12 @@ class ThrottleMode(PlainMode):
         ),
     )
 
-    def selects(self, options: LockOptions) -> bool:
-        return options.value("throttle") is not None
-
     def clash(self, options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
-        """The window is kept on one key, so not a semaphore's slots; it starts when a run
-        starts, so the lock must be held from there (not released at the start)."""
+        """The window is kept on one key, so not a semaphore's slots."""
         if options.get("throttle") is None:
             return None
         if limit > 1:
             return "throttle", f"cannot be used with max_concurrency={limit} (use 1)", "max_concurrency"
-        if options.get("lock_until") == "started":
-            problem = "cannot be used with lock_until='started' (the window starts when the run starts)"
-            return "throttle", problem, "lock_until"
         return None
 
     def on_refused(self, task: AnyTask, options: LockOptions, key: str, holder: str) -> NoReturn:
@@ -93,6 +87,12 @@ class ThrottleMode(PlainMode):
         elif reply != 2:
             lost_at_release(lease)
         return True
+
+
+def throttled_id(task_id: str) -> str:
+    """The value a throttled key keeps after the run of ``task_id`` ended, for the rest of the
+    window that run opened."""
+    return tagged_id(task_id, "throttled")
 
 
 def end_window(scripts: ScriptRunner, key: str, holder: str, keep_as: str, left_ms: int, notify: str) -> Any:

@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from ..config.mode_rules import Clash
-from ..config.options import LockOptions
 from ..config.schema import OptionSpec
 from ..engine.checks import one_of
 from ..integration.acquisition import Execution, release_queued
@@ -25,6 +24,7 @@ LockUntil = Literal["finished", "started"]
 
 class UntilStartedMode(PlainMode):
     name = "until_started"
+    option = "lock_until"
     options: ClassVar[tuple[OptionSpec, ...]] = (
         OptionSpec(
             "lock_until",
@@ -35,9 +35,6 @@ class UntilStartedMode(PlainMode):
             "until_started",
         ),
     )
-
-    def selects(self, options: LockOptions) -> bool:
-        return bool(options.value("lock_until") == "started")
 
     def clash(self, options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
         """The body runs unlocked, so it has no fencing token; the lock it frees at the start
@@ -55,6 +52,9 @@ class UntilStartedMode(PlainMode):
             )
             return "lock_until", problem, "lock_on"
         return None
+
+    def selected_by(self, value: Any) -> bool:
+        return bool(value == "started")
 
     def before_acquire(self, task: AnyTask, execution: Execution) -> None:
         return None  # no lock to ask for, so no redelivered copy to tell apart

@@ -15,7 +15,7 @@ from typing import Any
 from celery import signals
 
 from ..engine.counting import MAX_COUNTERS, POSITIONS, add_count_listener, counter_names, not_registered
-from ..engine.holders import process_alive
+from ..integration.liveness import process_alive
 
 # The shared memory is a table of rows of signed 64-bit integers: the owner's pid, then one
 # value per counter, in the column of its place in the registry (engine.counting: the core's

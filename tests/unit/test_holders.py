@@ -18,10 +18,14 @@ from celery_redislock.engine.holders import (
     holder_prefix,
     local_pid,
     queued_id,
+    tagged_id,
     task_id_of,
 )
 from celery_redislock.errors import DuplicateTaskError
 from celery_redislock.integration.sending import seconds_until
+from celery_redislock.modes.debounce import debounced_id
+from celery_redislock.modes.keep_latest import latest_id
+from celery_redislock.modes.throttle import throttled_id
 
 TASK_IDS = ["3f2c1a9e-5b7d-4e0f-9a61-2d8c4b7e1f03", "job@42", "a@b@c", "%40", "100%", "@", "%2540@"]
 
@@ -31,6 +35,16 @@ def test_every_holder_form_names_its_task_id(task_id: str) -> None:
     for holder in (holder_id(task_id, "celery@host"), queued_id(task_id), handover_id(task_id)):
         assert task_id_of(holder) == task_id
         assert holder.startswith(any_delivery_prefix(task_id))
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_a_modes_own_forms_follow_the_grammar(task_id: str) -> None:
+    # Each mode names its forms itself, through the engine's one tagged form.
+    for form, tag in ((throttled_id, "throttled"), (latest_id, "latest"), (debounced_id, "debounced")):
+        holder = form(task_id)
+        assert holder == tagged_id(task_id, tag) and holder.endswith(f"@{tag}")
+        assert task_id_of(holder) == task_id
+        assert local_pid(holder, task_id, "celery@host") is None  # no execution's
 
 
 def test_a_task_id_is_never_the_prefix_of_another_ones_holders() -> None:

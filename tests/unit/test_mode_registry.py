@@ -20,6 +20,7 @@ SCRIPT = textwrap.dedent(
     """
     from typing import Any, ClassVar
     from celery import Celery
+    import celery_redislock.modes  # the package's modes first: a later one names them in a clash
     from celery_redislock import OptionError, SingletonTask
     from celery_redislock.config.options import LockOptions, option_names
     from celery_redislock.config.schema import OptionSpec
@@ -31,13 +32,14 @@ SCRIPT = textwrap.dedent(
 
     class StampMode(PlainMode):
         name = "stamp"
+        option = "stamp"
         options: ClassVar[tuple[OptionSpec, ...]] = (
             OptionSpec("stamp", False, check_flag, "Stamp it.", "bool", "stamp"),
         )
         counters: ClassVar[dict[str, str]] = {"stamped": "calls stamped"}
 
-        def selects(self, options: LockOptions) -> bool:
-            return bool(options.value("stamp"))
+        def selected_by(self, value: Any) -> bool:
+            return bool(value)
 
         def clash(self, options: Any, limit: int, *, merged: bool) -> Any:
             if options.get("stamp") and limit > 1:
@@ -107,6 +109,27 @@ SCRIPT = textwrap.dedent(
             assert "stamp" in str(exc) and f"task 'bad{number}'" in str(exc), exc
         else:
             raise AssertionError(f"{bad} was accepted")
+
+    # Two modes at once: the registry refuses them, though neither mode names the other.
+    try:
+        @app.task(base=SingletonTask, shared=False, name="two", stamp=True, throttle=5)
+        def two() -> None: ...
+
+        two._get_current_object()
+    except OptionError as exc:
+        assert "option 'stamp' True cannot be used with throttle (choose one mode)" in str(exc), exc
+    else:
+        raise AssertionError("stamp and throttle were both accepted")
+
+    class NamelessMode(PlainMode):
+        name = "nameless"
+
+    try:
+        register(NamelessMode())
+    except ValueError as exc:
+        assert "mode 'nameless' names no option that selects it" in str(exc), exc
+    else:
+        raise AssertionError("a mode no option selects was registered")
     print("ok")
     """
 )

@@ -21,7 +21,7 @@ import redis
 from celery import Celery
 
 from celery_redislock import DuplicateTaskError
-from celery_redislock.engine.holders import process_alive
+from celery_redislock.integration.liveness import process_alive
 
 from .conftest import WorkerProcess, lock_keys, open_gate, poll, restore_visible, wait_started, worker_module
 

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ...engine.holders import process_alive as alive
+from ...integration.liveness import process_alive as alive
 from .servers import poll
 
 __all__ = ["WorkerNotReady", "WorkerProcess", "alive", "child_pids"]
