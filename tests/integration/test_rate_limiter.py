@@ -115,7 +115,14 @@ def test_the_log_expires_when_no_entry_matters_any_more(redislock_redis: redis.R
 @pytest.mark.parametrize(
     ("rate", "problem"),
     [
-        ("10/x", "must be a rate 'N/s', 'N/m' or 'N/h' (N an int >= 1), got '10/x'"),
+        (
+            "10/x",
+            "must be a rate 'N/s', 'N/m' or 'N/h' (N an int >= 1), optionally with a burst: "
+            "'N/s burst B' (B an int >= 1), got '10/x'",
+        ),
+        ("10/s burst 0", "got '10/s burst 0' (B is 0)"),
+        ("5/s, 5/s", "must not name a rate twice, got '5/s, 5/s'"),
+        ([], "or several, got [] (a list)"),
         ("0/s", "got '0/s' (N is 0)"),
         (10, "got 10 (a int)"),
         ("ten/m", "got 'ten/m'"),
