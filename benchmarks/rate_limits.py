@@ -26,8 +26,8 @@ from celery_redislock.engine.rate_decisions import Limit, decide_limits
 from celery_redislock.engine.rates import Rate
 from celery_redislock.engine.script_runner import ScriptRunner
 
-from .rate_partition import due_now, fill, timed
-from .servers import add_server_option, server_executable
+from .rate_partition import due_now, fill, parse_sizes, timed
+from .servers import server_executable
 
 #: The most limits measured: 1, 2, ... of them decided together.
 MOST = 3
@@ -98,14 +98,7 @@ def report(outcome: dict[int, dict[str, dict[str, float]]], args: argparse.Names
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.rate_limits", description=__doc__)
-    parser.add_argument("--size", type=int, default=100_000, help="N of 'N/h': starts in each full window")
-    parser.add_argument("--waiting", type=int, default=1000, help="calls holding reserved slots")
-    parser.add_argument("--calls", type=int, default=200, help="decisions timed of each kind")
-    add_server_option(parser)
-    args = parser.parse_args(argv)
-    if args.size < 1 or args.calls < 1 or args.waiting < 0:
-        parser.error("--size and --calls must be >= 1, --waiting >= 0")
+    args = parse_sizes("python -m benchmarks.rate_limits", __doc__, argv)
     print(report(run(args), args))
     return 0
 

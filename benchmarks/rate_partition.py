@@ -175,15 +175,22 @@ def report(outcome: dict[str, Any], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.rate_partition", description=__doc__)
-    parser.add_argument("--size", type=int, default=100_000, help="N of 'N/h': starts in the full window")
+def parse_sizes(prog: str, description: str | None, argv: list[str] | None) -> argparse.Namespace:
+    """The options of this benchmark and of ``rate_limits``: ``--size``, ``--waiting``,
+    ``--calls`` (checked) and ``--redis-server``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--size", type=int, default=100_000, help="N of 'N/h': starts in a full window")
     parser.add_argument("--waiting", type=int, default=1000, help="calls holding reserved slots")
     parser.add_argument("--calls", type=int, default=200, help="decisions timed of each kind")
     add_server_option(parser)
     args = parser.parse_args(argv)
     if args.size < 1 or args.calls < 1 or args.waiting < 0:
         parser.error("--size and --calls must be >= 1, --waiting >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_sizes("python -m benchmarks.rate_partition", __doc__, argv)
     print(report(run(args), args))
     return 0
 

@@ -95,13 +95,8 @@ def decide(
     next_token: str = "",
 ) -> RateDecision:
     """Whether ``caller`` (its ``attempt``-th try) starts now in the partition logged at ``key``
-    (one script call): :func:`rate_decisions.decide_limits` with this one limit, cost 1.
-
-    ``reserve``: a caller that must wait keeps the next free slot (if it is at most
-    ``max_wait`` seconds away), and is granted it when it asks again then with the same id.
-    ``next_token`` (a call re-published for its slot): the copy it will publish if told to wait;
-    ``token``: the copy asking (``""`` for one never re-published). Without ``next_token`` no
-    copies are told apart."""
+    (one script call): :func:`rate_decisions.decide_limits` (its arguments) with this one limit,
+    no runtime rate, cost 1."""
     return decide_limits(
         scripts,
         _one(key, rate),

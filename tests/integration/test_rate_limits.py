@@ -6,8 +6,7 @@ from the limiter's own records (its log's grants, its pause key), never the test
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -21,30 +20,7 @@ from celery_redislock.engine.rate_decisions import Limit, cancel_limits, decide_
 from celery_redislock.engine.rates import Rate
 from celery_redislock.engine.script_runner import ScriptRunner
 from celery_redislock.engine.timing import server_time, to_ms, to_seconds
-from tests.harness import GrantRecorder, most_in_a_window
-
-
-def contend(limiter_of: Callable[[], RedisRateLimiter], threads: int, seconds: float, cost: int = 1) -> int:
-    """``threads`` threads acquiring ``cost`` units (blocking, each its own limiter object) for
-    ``seconds``; returns how many calls they were granted."""
-    granted: list[int] = []
-    deadline = time.monotonic() + seconds
-
-    def run() -> None:
-        limiter = limiter_of()
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not limiter.acquire(timeout=left, cost=cost):
-                return
-            granted.append(1)
-
-    workers = [threading.Thread(target=run) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(seconds + 30)
-    assert not any(worker.is_alive() for worker in workers)
-    return len(granted)
+from tests.harness import GrantRecorder, contend, most_in_a_window
 
 
 def grants(client: redis.Redis | RedisCluster, key: str) -> list[bytes]:
