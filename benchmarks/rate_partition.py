@@ -44,10 +44,18 @@ KEY = "{redislock:bench.partition:0123456789abcdef0123456789abcdef}:rate"
 FILL_BATCH = 10_000
 
 
-def fill(client: redis.Redis, rate: Rate, size: int, waiting: int) -> list[tuple[str, str]]:
-    """Fill the partition: ``size`` starts over the last period, ``waiting`` reserved slots after
-    now (the copy holding each named by a token); returns ``(task id, token)`` of those."""
-    log, reserved, hops = rate_keys(KEY)
+def fill(
+    client: redis.Redis,
+    rate: Rate,
+    size: int,
+    waiting: int,
+    key: str = KEY,
+    held: list[tuple[str, str]] | None = None,
+) -> list[tuple[str, str]]:
+    """Fill the partition logged at ``key``: ``size`` starts over the last period, ``waiting``
+    reserved slots after now (the copy holding each named by a token), or those of ``held``;
+    returns ``(task id, token)`` of those."""
+    log, reserved, hops = rate_keys(key)
     now = to_ms(server_time(client))
     period = rate.period_ms
     pipe = client.pipeline(transaction=False)
@@ -62,7 +70,8 @@ def fill(client: redis.Redis, rate: Rate, size: int, waiting: int) -> list[tuple
             },
         )
         pipe.execute()
-    held = [(str(uuid.uuid4()), uuid.uuid4().hex) for _ in range(waiting)]
+    if held is None:
+        held = [(str(uuid.uuid4()), uuid.uuid4().hex) for _ in range(waiting)]
     if held:
         slots = {reservation_member(task_id): now + period + i for i, (task_id, _) in enumerate(held)}
         pipe.zadd(log, slots)
@@ -74,9 +83,9 @@ def fill(client: redis.Redis, rate: Rate, size: int, waiting: int) -> list[tuple
     return held
 
 
-def due_now(client: redis.Redis, held: list[tuple[str, str]]) -> None:
+def due_now(client: redis.Redis, held: list[tuple[str, str]], key: str = KEY) -> None:
     """Move the reserved slots of ``held`` to now: their calls come back due, into a full window."""
-    log, reserved, _ = rate_keys(KEY)
+    log, reserved, _ = rate_keys(key)
     now = to_ms(server_time(client))
     slots = {reservation_member(task_id): now - 1 for task_id, _ in held}
     client.zadd(log, slots)
@@ -166,15 +175,22 @@ def report(outcome: dict[str, Any], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.rate_partition", description=__doc__)
-    parser.add_argument("--size", type=int, default=100_000, help="N of 'N/h': starts in the full window")
+def parse_sizes(prog: str, description: str | None, argv: list[str] | None) -> argparse.Namespace:
+    """The options of this benchmark and of ``rate_limits``: ``--size``, ``--waiting``,
+    ``--calls`` (checked) and ``--redis-server``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--size", type=int, default=100_000, help="N of 'N/h': starts in a full window")
     parser.add_argument("--waiting", type=int, default=1000, help="calls holding reserved slots")
     parser.add_argument("--calls", type=int, default=200, help="decisions timed of each kind")
     add_server_option(parser)
     args = parser.parse_args(argv)
     if args.size < 1 or args.calls < 1 or args.waiting < 0:
         parser.error("--size and --calls must be >= 1, --waiting >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_sizes("python -m benchmarks.rate_partition", __doc__, argv)
     print(report(run(args), args))
     return 0
 

@@ -11,14 +11,17 @@ __all__ = [
     "format_key",
     "glob_escape",
     "grant_member",
+    "limit_keys",
     "parse_key",
     "rate_keys",
     "rate_limiter_key",
+    "rate_overrides_key",
     "release_channel",
     "reservation_member",
     "semaphore_keys",
     "slot_key",
     "slot_key_owner",
+    "unit_member",
     "untaggable",
 ]
 
@@ -122,3 +125,24 @@ def grant_member(caller: str, attempt: int = 0) -> str:
 def reservation_member(caller: str) -> str:
     """The log's entry of the slot reserved for ``caller``; the hop tokens' field is ``caller``."""
     return f"r:{caller}"
+
+
+def limit_keys(log: str) -> tuple[str, str, str, str, str]:
+    """Every key of the rate limit whose log is ``log``, in its cluster slot: :func:`rate_keys`,
+    then the bucket rates' state (a hash) and the end of a pause (:func:`slot_key`)."""
+    return (*rate_keys(log), slot_key(log, "burst"), slot_key(log, "pause"))
+
+
+def rate_overrides_key(prefix: str, log: str) -> str:
+    """The hash of the runtime rates (field: a limit's name) that governs the limit logged at
+    ``log`` under ``prefix``: the prefix's own when the prefix has a hash tag (every limit of the
+    prefix shares its slot and the hash), else the limit's own, in its log's slot."""
+    return slot_key(prefix, "overrides") if _hash_tag(prefix) is not None else slot_key(log, "overrides")
+
+
+def unit_member(member: str, unit: int) -> str:
+    """The log's entry of unit ``unit`` of a call costing several (``member`` is unit 0, a
+    :func:`grant_member` or :func:`reservation_member`): the unit's number after the kind's letter
+    (``g:t:0`` -> ``g2:t:0``), so no task id can make two units' entries alike.
+    ``lua/rate_common.lua``'s ``unit_member`` is this rule, for the units the script adds."""
+    return member if unit == 0 else f"{member[0]}{unit}{member[1:]}"

@@ -21,22 +21,44 @@ A call re-published for its slot names its copy with a hop token (``decide``'s `
 published (``confirm_hop``), so another copy of the call (a broker's redelivery) is told
 ``held``; a grant is recorded per attempt, so a copy of an attempt that started is told
 ``started``.
+
+Beyond one limit of unit calls (``rate_decisions``): a limiter may hold several rates (window
+rates share its one log, a rate with a burst is a bucket beside it), be decided together with
+other limiters (``also``), charge a call several units (``cost``), be paused, and have its rates
+replaced at run time in Redis.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import OptionError
 from .checks import BadValue, check_argument
-from .keys import grant_member, rate_keys, rate_limiter_key, reservation_member
+from .keys import limit_keys, rate_keys, rate_limiter_key, rate_overrides_key, reservation_member
 from .leases import Client
-from .rates import Rate, parse_rate
+from .rate_decisions import (
+    RATE_CANCEL,
+    RATE_LIMIT,
+    RATE_STATE,
+    Limit,
+    RateDecision,
+    RateState,
+    cancel_limits,
+    check_cost,
+    check_one_slot,
+    clear_runtime_rates,
+    decide_limits,
+    pause_limits,
+    rate_state,
+    runtime_rates_of,
+    set_runtime_rates,
+)
+from .rates import Rate, parse_rates
 from .script_runner import ScriptRunner, package_script
-from .timing import to_ms, to_seconds
+from .timing import server_time
 
 __all__ = [
     "RATE_CANCEL",
@@ -52,42 +74,12 @@ __all__ = [
     "rate_state",
 ]
 
-RATE_LIMIT = package_script(__package__, "rate_limit.lua")
-RATE_STATE = package_script(__package__, "rate_state.lua")
 RATE_HOP = package_script(__package__, "rate_hop.lua")
-RATE_CANCEL = package_script(__package__, "rate_cancel.lua")
-
-#: ``RateDecision.status`` by the script's reply.
-_STATUSES = ("granted", "reserved", "full", "kept", "started", "held")
 
 
-@dataclass(frozen=True)
-class RateDecision:
-    """One decision: ``allowed`` (the call starts now), else ``wait`` seconds until its slot;
-    ``reserved``: that slot is kept for the caller. True when allowed.
-
-    ``status`` says more: ``"granted"``; ``"reserved"`` (a slot reserved now); ``"kept"`` (the
-    caller's reservation, kept: it came back early, or its window is still full); ``"full"``
-    (nothing reserved); ``"started"`` (this attempt of the caller started already in the
-    window); ``"held"`` (another copy of the caller holds its reservation)."""
-
-    allowed: bool
-    wait: float = 0.0
-    reserved: bool = False
-    status: str = ""
-
-    def __bool__(self) -> bool:
-        return self.allowed
-
-
-@dataclass(frozen=True)
-class RateState:
-    """A partition now: ``started`` starts in the window that ends now, ``reserved`` slots kept
-    for calls coming back later, and ``next_free`` seconds until a new call could start."""
-
-    started: int
-    reserved: int
-    next_free: float
+def _one(key: str, rate: Rate | None) -> tuple[Limit]:
+    # The gate's one limit: no name (no runtime rate), its overrides hash its log's own.
+    return (Limit(key, () if rate is None else (rate,)),)
 
 
 def decide(
@@ -103,27 +95,18 @@ def decide(
     next_token: str = "",
 ) -> RateDecision:
     """Whether ``caller`` (its ``attempt``-th try) starts now in the partition logged at ``key``
-    (one script call).
-
-    ``reserve``: a caller that must wait keeps the next free slot (if it is at most
-    ``max_wait`` seconds away), and is granted it when it asks again then with the same id.
-    ``next_token`` (a call re-published for its slot): the copy it will publish if told to wait;
-    ``token``: the copy asking (``""`` for one never re-published). Without ``next_token`` no
-    copies are told apart."""
-    most = "0" if max_wait is None else str(to_ms(max_wait))
-    args = [
-        str(rate.limit),
-        str(rate.period_ms),
-        grant_member(caller, attempt),
-        reservation_member(caller),
-        "1" if reserve else "0",
-        most,
-        token,
-        next_token,
-    ]
-    status, wait_ms = scripts.run(RATE_LIMIT, list(rate_keys(key)), args)
-    name = _STATUSES[int(status)]
-    return RateDecision(name == "granted", to_seconds(int(wait_ms)), name in ("reserved", "kept"), name)
+    (one script call): :func:`rate_decisions.decide_limits` (its arguments) with this one limit,
+    no runtime rate, cost 1."""
+    return decide_limits(
+        scripts,
+        _one(key, rate),
+        caller,
+        reserve=reserve,
+        max_wait=max_wait,
+        attempt=attempt,
+        token=token,
+        next_token=next_token,
+    )
 
 
 def confirm_hop(scripts: ScriptRunner, key: str, caller: str, token: str) -> bool:
@@ -136,62 +119,97 @@ def confirm_hop(scripts: ScriptRunner, key: str, caller: str, token: str) -> boo
 def cancel_reservation(scripts: ScriptRunner, key: str, caller: str, token: str = "") -> bool:
     """Give back the slot ``caller`` reserved (it will not come back for it); ``token``: only if
     that copy of the call holds it. True when a slot was given back."""
-    return bool(scripts.run(RATE_CANCEL, list(rate_keys(key)), [reservation_member(caller), token]))
-
-
-def rate_state(scripts: ScriptRunner, key: str, rate: Rate) -> RateState | None:
-    """The partition logged at ``key`` now, or None when ``key`` holds something else."""
-    log, reserved, _ = rate_keys(key)
-    reply: Any = scripts.run(RATE_STATE, [log, reserved], [str(rate.limit), str(rate.period_ms)])
-    if not reply:
-        return None
-    started, waiting, next_ms = reply
-    return RateState(int(started), int(waiting), to_seconds(int(next_ms)))
+    return cancel_limits(scripts, _one(key, None), caller, token)
 
 
 class RedisRateLimiter:
     """At most ``rate`` starts (``"10/s"``, ``"100/m"``, ``"1000/h"``) of ``name``, across every
     process that uses the same Redis: a sliding-window log in a sorted set at
-    ``{prefix}:{name}``, two keys beside it in its cluster slot (see the module's docstring for
+    ``{prefix}:{name}``, the keys beside it in its cluster slot (see the module's docstring for
     the algorithm and its memory).
 
-    ``try_acquire()`` decides at once; ``acquire(timeout)`` waits for a slot it reserves, so
-    callers are served in the order they asked.
+    ``rate`` may also be a rate with a burst (``"10/s burst 50"``: a bucket of 50 refilled at
+    10/s) or several rates (``"5/s, 20/m"``, or a list), all held. ``also``: other limiters
+    decided with this one, atomically (a call refused by one takes no unit of another; on a
+    Redis Cluster they must share a hash tag). ``try_acquire()`` decides at once;
+    ``acquire(timeout)`` waits for a slot it reserves, so callers are served in the order they
+    asked. Each takes a ``cost``: units of every limit, or a mapping of limiter names to units.
     """
 
-    def __init__(self, client: Client, name: str, rate: Any, *, prefix: str = "redislock:rate") -> None:
+    def __init__(
+        self,
+        client: Client,
+        name: str,
+        rate: Any,
+        *,
+        prefix: str = "redislock:rate",
+        also: Sequence[RedisRateLimiter] = (),
+    ) -> None:
         source = f"{type(self).__name__}({name!r})"
         if not isinstance(name, str) or not name:
             raise OptionError("name", source, f"must be a non-empty str, got {name!r}")
         if not isinstance(prefix, str):
             raise OptionError("prefix", source, f"must be a str, got {prefix!r}")
         try:
-            self.rate: Rate = parse_rate(rate)
+            self.rates: tuple[Rate, ...] = parse_rates(rate)
         except BadValue as bad:
             raise OptionError("rate", source, str(bad)) from None
+        if not all(isinstance(other, RedisRateLimiter) for other in also):
+            raise OptionError("also", source, f"must be RedisRateLimiters, got {also!r}")
+        #: The first of its rates (its only one, unless given several).
+        self.rate: Rate = self.rates[0]
         self.client = client
         self.name = name
-        #: The Redis key of the log; the keys beside it (``keys.rate_keys``) share its cluster slot.
+        #: The Redis key of the log; the keys beside it (``keys.limit_keys``) share its cluster slot.
         self.key = rate_limiter_key(prefix, name)
+        #: The hash of the runtime rates of this limiter's prefix (or its own, see
+        #: ``keys.rate_overrides_key``), field ``name``.
+        self.overrides = rate_overrides_key(prefix, self.key)
+        self.limit = Limit(self.key, self.rates, name, self.overrides)
+        self.limits: tuple[Limit, ...] = (self.limit, *(other.limit for other in also))
+        if len({limit.key for limit in self.limits}) != len(self.limits):
+            raise OptionError("also", source, "names one limiter twice")
+        check_one_slot(client, self.limits, source)
         self._source = source
         self._scripts = ScriptRunner(client)
 
-    def try_acquire(self) -> RateDecision:
-        """Start now if the limit allows (recorded as a start), else say how long until the next
-        free slot (``wait``, seconds), reserving nothing. Truthy when allowed."""
-        return decide(self._scripts, self.key, self.rate, uuid.uuid4().hex, reserve=False)
+    def _costs(self, cost: int | Mapping[str, int]) -> tuple[int, ...]:
+        if isinstance(cost, Mapping):
+            unknown = set(cost) - {limit.name for limit in self.limits}
+            if unknown:
+                raise OptionError("cost", self._source, f"names no limiter of this one: {sorted(unknown)!r}")
+            return check_cost(self.limits, [cost.get(limit.name, 1) for limit in self.limits], self._source)
+        return check_cost(self.limits, cost, self._source)
 
-    def acquire(self, timeout: float | None = None) -> bool:
-        """Wait for a start, at most ``timeout`` seconds (None: as long as it takes). The slot
-        is reserved at once (no later caller takes it); False, reserving nothing, when the next
-        free slot is further away than ``timeout``."""
+    def try_acquire(self, cost: int | Mapping[str, int] = 1) -> RateDecision:
+        """Start now if every limit allows (recorded as a start of ``cost`` units), else say how
+        long until the next free slot (``wait``, seconds), reserving nothing. Truthy when
+        allowed."""
+        costs = self._costs(cost)
+        return decide_limits(
+            self._scripts, self.limits, uuid.uuid4().hex, reserve=False, cost=costs, source=self._source
+        )
+
+    def acquire(self, timeout: float | None = None, cost: int | Mapping[str, int] = 1) -> bool:
+        """Wait for a start of ``cost`` units, at most ``timeout`` seconds (None: as long as it
+        takes). The slot is reserved at once (no later caller takes it); False, reserving nothing,
+        when the next free slot is further away than ``timeout``."""
         if timeout is not None:
             timeout = check_argument("seconds or 0", "timeout", timeout, self._source)
+        costs = self._costs(cost)
         deadline = None if timeout is None else time.monotonic() + timeout
         caller = uuid.uuid4().hex
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            decision = decide(self._scripts, self.key, self.rate, caller, reserve=True, max_wait=left)
+            decision = decide_limits(
+                self._scripts,
+                self.limits,
+                caller,
+                reserve=True,
+                max_wait=left,
+                cost=costs,
+                source=self._source,
+            )
             if decision.allowed:
                 return True
             if not decision.reserved:
@@ -199,12 +217,40 @@ class RedisRateLimiter:
             try:
                 time.sleep(decision.wait)
             except BaseException:
-                cancel_reservation(self._scripts, self.key, caller)
+                cancel_limits(self._scripts, self.limits, caller, cost=costs)
                 raise
 
+    def pause(self, seconds: float) -> float:
+        """Admit nothing under this limiter's name until ``seconds`` from now, by the server's
+        clock (every limiter that names it in ``also`` too); a call waiting keeps its slot, one
+        asking is told the pause's end. A pause ending later is kept. Returns the seconds until
+        the pause ends."""
+        seconds = check_argument("seconds", "seconds", seconds, self._source)
+        ends = pause_limits(self._scripts, (self.limit,), seconds)
+        return max(0.0, ends - server_time(self.client))
+
+    def resume(self) -> bool:
+        """End this limiter's pause now; True when it was paused."""
+        return bool(self.client.delete(limit_keys(self.key)[4]))
+
+    def set_rate(self, rate: Any) -> tuple[Rate, ...]:
+        """Replace this limiter's rates, in Redis, for every process using its name and prefix,
+        from their next decision until ``reset_rate()``; returns them."""
+        return set_runtime_rates(self.client, self.overrides, self.name, rate)
+
+    def reset_rate(self) -> bool:
+        """Back to the rates given in the code; True when runtime rates were set."""
+        return clear_runtime_rates(self.client, self.overrides, self.name)
+
+    def current_rates(self) -> tuple[Rate, ...]:
+        """The rates decisions use now: the runtime ones if set, else the code's."""
+        return runtime_rates_of(self.client, self.overrides, self.name) or self.rates
+
     def state(self) -> RateState | None:
-        """The partition now (None when its key holds something else)."""
-        return rate_state(self._scripts, self.key, self.rate)
+        """The partition now, by its first current rate counted as a window (None when its key
+        holds something else)."""
+        return rate_state(self._scripts, self.key, self.current_rates()[0])
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name!r}, {str(self.rate)!r}, key={self.key!r})"
+        rates = ", ".join(map(str, self.rates))
+        return f"{type(self).__name__}({self.name!r}, {rates!r}, key={self.key!r})"

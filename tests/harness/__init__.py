@@ -10,7 +10,7 @@ from __future__ import annotations
 from celery_redislock.contrib.testing.servers import free_port, free_ports
 
 from .rabbitmq import RabbitMQServer, find_rabbitmq_server
-from .rates import GrantRecorder, most_in_a_window, starts_per_period
+from .rates import GrantRecorder, contend, most_in_a_window, starts_per_period
 from .roundtrips import RoundTrips, counting_client, counting_cluster_client
 from .tls import TestCA, TLSRedisServer, find_openssl, tls_support
 from .versions import conditional_delete_of, server_version
@@ -22,6 +22,7 @@ __all__ = [
     "TLSRedisServer",
     "TestCA",
     "conditional_delete_of",
+    "contend",
     "counting_client",
     "counting_cluster_client",
     "find_openssl",

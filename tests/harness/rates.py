@@ -5,10 +5,11 @@ many a period a drain had."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["GrantRecorder", "most_in_a_window", "starts_per_period"]
+__all__ = ["GrantRecorder", "contend", "most_in_a_window", "starts_per_period"]
 
 
 def most_in_a_window(times: Sequence[float], period: float) -> int:
@@ -61,3 +62,26 @@ class GrantRecorder:
         # A grant's score is its server time in ms, the time the limiter decides by
         # (lua/rate_limit.lua); its member's text is the limiter's own business.
         return sorted(score / 1000 for _, score in self._seen)
+
+
+def contend(limiter_of: Callable[[], Any], threads: int, seconds: float, cost: int = 1) -> int:
+    """``threads`` threads acquiring ``cost`` units (blocking, each its own limiter object, a
+    ``RedisRateLimiter``) for ``seconds``; returns how many calls they were granted."""
+    granted: list[int] = []
+    deadline = time.monotonic() + seconds
+
+    def run() -> None:
+        limiter = limiter_of()
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not limiter.acquire(timeout=left, cost=cost):
+                return
+            granted.append(1)
+
+    workers = [threading.Thread(target=run, name=f"contend-{n}") for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(seconds + 30)
+    assert not any(worker.is_alive() for worker in workers)
+    return len(granted)

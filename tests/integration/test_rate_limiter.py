@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -15,30 +15,7 @@ from redis.cluster import RedisCluster
 from celery_redislock import OptionError, RedisRateLimiter
 from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import ClusterSet, SentinelSet, poll
-from tests.harness import GrantRecorder, most_in_a_window
-
-
-def contend(limiter_of: Callable[[], RedisRateLimiter], threads: int, seconds: float) -> int:
-    """``threads`` threads acquiring (blocking, each its own limiter object) for ``seconds``;
-    returns how many starts they were granted."""
-    granted: list[int] = []
-    deadline = time.monotonic() + seconds
-
-    def run() -> None:
-        limiter = limiter_of()
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not limiter.acquire(timeout=left):
-                return
-            granted.append(1)
-
-    workers = [threading.Thread(target=run) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(seconds + 30)
-    assert not any(worker.is_alive() for worker in workers)
-    return len(granted)
+from tests.harness import GrantRecorder, contend, most_in_a_window
 
 
 def test_no_window_of_one_period_holds_more_than_n_starts_and_the_limit_is_used(
@@ -115,7 +92,14 @@ def test_the_log_expires_when_no_entry_matters_any_more(redislock_redis: redis.R
 @pytest.mark.parametrize(
     ("rate", "problem"),
     [
-        ("10/x", "must be a rate 'N/s', 'N/m' or 'N/h' (N an int >= 1), got '10/x'"),
+        (
+            "10/x",
+            "must be a rate 'N/s', 'N/m' or 'N/h' (N an int >= 1), optionally with a burst: "
+            "'N/s burst B' (B an int >= 1), got '10/x'",
+        ),
+        ("10/s burst 0", "got '10/s burst 0' (B is 0)"),
+        ("5/s, 5/s", "must not name a rate twice, got '5/s, 5/s'"),
+        ([], "or several, got [] (a list)"),
         ("0/s", "got '0/s' (N is 0)"),
         (10, "got 10 (a int)"),
         ("ten/m", "got 'ten/m'"),
