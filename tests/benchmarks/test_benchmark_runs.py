@@ -88,7 +88,7 @@ def test_the_task_path_counts_our_bytecodes_by_function_and_nothing_of_celerys()
     counted = counted_by_function(out)
     # The task's own entry and both commands' calls are counted; Celery's tracer is not.
     assert of(counted, "SingletonTask.__call__") > 0
-    assert of(counted, "PooledCalls.execute") > 0 and of(counted, "PooledCalls.script") > 0
+    assert of(counted, "ScriptRunner.execute") > 0 and of(counted, "ScriptRunner.run") > 0
     assert not any("celery/" in name for name in counted)
     total = counted.pop("all")
     assert total == sum(counted.values())
@@ -97,7 +97,7 @@ def test_the_task_path_counts_our_bytecodes_by_function_and_nothing_of_celerys()
 def test_the_task_path_takes_the_release_a_server_with_a_conditional_delete_gets() -> None:
     counted = counted_by_function(task_path("--opcodes", "--n", "20", "--release", "delifeq").stdout)
     assert of(counted, "ConditionalDelete.args") > 0
-    assert of(counted, "PooledCalls.script") == 0  # no script call
+    assert of(counted, "ScriptRunner.run") == 0  # no script call
 
 
 def test_the_send_path_benchmark_sends_each_variant_against_a_real_broker(
