@@ -32,6 +32,8 @@ from celery_redislock.engine import Lease, LockEngine
 from celery_redislock.engine.holders import holder_id
 from celery_redislock.engine.keys import format_key
 from celery_redislock.engine.renewal import Renewer
+from celery_redislock.engine.script_runner import pipelined_scripts
+from celery_redislock.engine.scripts import ACQUIRE
 from tests.harness import counting_client
 
 from . import workerapp
@@ -653,11 +655,13 @@ def _pid(server: RedisServer) -> int:
 
 def _take(engine: LockEngine, leases: Sequence[Lease], chunk: int = 1000) -> None:
     """Acquire every lease with the engine's own script, pipelined (set-up, not measured)."""
+    assert isinstance(engine.client, redis.Redis)
     for start in range(0, len(leases), chunk):
-        pipe = engine.client.pipeline(transaction=False)
-        for lease in leases[start : start + chunk]:
-            engine._acquire(keys=[lease.key], args=[lease.holder, str(lease.ttl_ms), "", ""], client=pipe)
-        if not all(reply == 1 for reply in pipe.execute()):
+        calls = [
+            ((lease.key,), (lease.holder, str(lease.ttl_ms), "", ""))
+            for lease in leases[start : start + chunk]
+        ]
+        if not all(reply == 1 for reply in pipelined_scripts(engine.client, ACQUIRE, calls)):
             raise RuntimeError("a renewal benchmark lock was already taken")
 
 

@@ -1,6 +1,9 @@
-"""Our Python on a task's path, in one process: Celery's own tracer runs a trivial task, plain
-and as a ``SingletonTask``, with the lock's two replies canned (no server: the lock client's
-connections talk to a socket object that answers at once).
+"""Our Python on a task's path, in one process: each call is sent (``apply_async``, to an
+in-memory broker) and run by Celery's own tracer, a trivial task, plain, as a ``SingletonTask``
+and as the peers' (celery-singleton's ``Singleton``, celery-once's ``QueueOnce``), with every
+lock's replies canned (no server: the lock clients' connections talk to a socket object that
+answers at once). Sent and run, so a lock taken at send (the peers') and one taken at run (ours)
+are counted the same way.
 
     python -m benchmarks.task_path [--n 5000] [--repeats 9]
     python -m benchmarks.task_path --instructions [--n 1000]
@@ -12,7 +15,8 @@ percent. This takes out the worker, the servers and the socket calls, and times 
 thread's user CPU (``RUSAGE_THREAD``) per task, plain and locked batches interleaved; the
 difference is what the lock's Python costs a task, warm (in a pool child, between Celery's
 own code, two to three times as much). It is the figure to judge a change to the task's path
-by. Linux only (``RUSAGE_THREAD``).
+by. Linux only (``RUSAGE_THREAD``). ``--run-only``: the tracer alone, what a worker's pool
+child does (the peers' share there is their release only).
 
 ``--opcodes`` counts the Python bytecodes a locked task executes in this package, by function
 (``sys.settrace`` with opcode events; seconds): where the instructions go, function by
@@ -20,7 +24,7 @@ function, which neither a sampling profiler (too few samples in a few µs) nor c
 sees the interpreter's C, not the Python it runs) tells.
 
 ``--instructions`` counts instead of timing: the instructions the process executes per task
-(valgrind's callgrind, which must be on PATH), plain and locked, less those of the same run
+(valgrind's callgrind, which must be on PATH), for each variant, less those of the same run
 without the batch. A count does not move with the machine's load as CPU time does, so it tells
 a change of 1 % apart where the timings need many runs; it is blind to what costs time
 without instructions (cache misses, system calls), which the worker benchmark still judges.
@@ -39,6 +43,7 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -51,6 +56,14 @@ from celery_redislock import SingletonTask
 from celery_redislock.engine import LockEngine
 from celery_redislock.integration.runtime import runtime_for
 
+try:  # the bench extra installs the peers
+    import celery_once.backends.redis as once_redis
+    from celery_once import QueueOnce
+    from celery_singleton import Singleton
+    from celery_singleton.backends.redis import RedisBackend
+except ImportError:  # pragma: no cover - without the bench extra: ours alone
+    QueueOnce = Singleton = None
+
 #: A TTL long enough that the renewal timer never fires during a run (it would try the
 #: client's real connection, to no server).
 LOCK_TIMEOUT = 3600
@@ -60,9 +73,17 @@ LOCK_TIMEOUT = 3600
 #: own conditional delete (``DELIFEQ``: Valkey 9; Redis 8.4's ``DELEX`` costs the same here).
 RELEASES = ("script", "delifeq")
 
+#: The variants, by name: the plain task and our lock always; the peers where installed.
+LABELS = {
+    "plain": "plain Celery task",
+    "locked": "SingletonTask",
+    "singleton": "celery-singleton Singleton",
+    "once": "celery-once QueueOnce",
+}
+
 
 class CannedSocket:
-    """Stands for the socket of a connection of the lock client's pool: every key is free (a
+    """Stands for the socket of a connection of a lock client's pool: every key is free (a
     SET answers OK), every release deletes (it answers 1), and the server has ``DELIFEQ`` if
     ``release`` says so. redis-py packs the commands and parses the replies as on a real
     socket; only the system calls are left out (a read with nothing sent finds nothing, as
@@ -112,31 +133,57 @@ def canned_connection(release: str) -> type[redis.Connection]:
     return CannedConnection
 
 
-def make_app(release: str = "script") -> tuple[Celery, Task[Any, Any], Task[Any, Any]]:
+def make_app(release: str = "script") -> tuple[Celery, dict[str, Task[Any, Any]]]:
+    """The app and its tasks by variant name (``LABELS``), every lock client's replies canned."""
     app = Celery("task_path", set_as_current=False)
-    # Nothing connects: the broker is never used by the tracer, the results go to memory,
-    # and the lock client's connections are canned.
+    # Nothing connects: the broker is kombu's in-memory one, the results go to memory, and
+    # the lock clients' connections are canned.
     app.conf.update(
         broker_url="memory://",
         result_backend="cache+memory://",
         redislock_url="redis://127.0.0.1:1/0",
         redislock_options={"lock_timeout": LOCK_TIMEOUT},
+        singleton_backend_url="redis://127.0.0.1:1/0",
+        singleton_lock_expiry=LOCK_TIMEOUT,
+        ONCE={
+            "backend": "celery_once.backends.Redis",
+            "settings": {"url": "redis://127.0.0.1:1/0", "default_timeout": LOCK_TIMEOUT},
+        },
     )
 
     def noop(i: int) -> int:
         return i
 
-    app.task(name="task_path.plain", shared=False)(noop)
-    app.task(name="task_path.locked", base=SingletonTask, shared=False)(noop)
+    bases: dict[str, Any] = {
+        "plain": None,
+        "locked": SingletonTask,
+        "singleton": Singleton,
+        "once": QueueOnce,
+    }
+    for name, base in bases.items():
+        if name == "plain" or base is not None:
+            options = {} if base is None else {"base": base}
+            app.task(name=f"task_path.{name}", shared=False, **options)(noop)  # type: ignore[no-untyped-call]
     app.finalize()
     # The tasks themselves, as a worker builds its tracers from the registry: what app.task
     # returned before finalize() is a proxy, whose every attribute and call goes through
     # Celery's Proxy (a custom __call__'s tracer calls the task through it on every task).
-    plain, locked = app.tasks["task_path.plain"], app.tasks["task_path.locked"]
-    pool = redis.ConnectionPool(connection_class=canned_connection(release))
+    tasks = {name: app.tasks[f"task_path.{name}"] for name in bases if f"task_path.{name}" in app.tasks}
+    connection = canned_connection(release)
     # As the runtime makes its own: a task's calls hold one connection of the pool.
+    pool = redis.ConnectionPool(connection_class=connection)
     runtime_for(app).engine = LockEngine(redis.Redis(connection_pool=pool), hold_connection=True)
-    return app, plain, locked
+    if "singleton" in tasks:  # as its backend makes its client (Redis.from_url, decoding)
+        backend = RedisBackend.__new__(RedisBackend)
+        backend.redis = redis.Redis(
+            connection_pool=redis.ConnectionPool(connection_class=connection, decode_responses=True)
+        )
+        tasks["singleton"]._singleton_backend = backend  # type: ignore[attr-defined]
+    if "once" in tasks:  # its backend's one client per process (StrictRedis, from the URL)
+        once_redis.redis = redis.StrictRedis(
+            connection_pool=redis.ConnectionPool(connection_class=connection)
+        )
+    return app, tasks
 
 
 def _request(task_id: str, i: int) -> dict[str, Any]:
@@ -152,26 +199,44 @@ def _request(task_id: str, i: int) -> dict[str, Any]:
     }
 
 
-def user_us_per_task(app: Celery, task: Task[Any, Any], n: int, first: int) -> float:
-    """Trace ``n`` calls of ``task`` as a worker's pool process does; user CPU µs a call."""
+def runner(app: Celery, task: Task[Any, Any], *, send: bool = True) -> Callable[[int], Any]:
+    """One call ``task(i)`` as the caller sends it (``apply_async``, unless ``send`` is False)
+    and a worker's pool process runs it (Celery's tracer); returns what the body returned."""
     tracer = build_tracer(task.name, task, app=app, eager=False, propagate=False)
+
+    def call(i: int) -> Any:
+        task_id = str(uuid.uuid4())
+        if send:
+            task.apply_async((i,), task_id=task_id)
+        return tracer(task_id, [i], {}, _request(task_id, i))[0]
+
+    return call
+
+
+def user_us_per_task(app: Celery, task: Task[Any, Any], n: int, first: int, *, send: bool = True) -> float:
+    """Send and trace ``n`` calls of ``task`` (``send``: sent too); user CPU µs a call."""
+    call = runner(app, task, send=send)
     before = resource.getrusage(resource.RUSAGE_THREAD).ru_utime
     for i in range(first, first + n):
-        task_id = str(uuid.uuid4())
-        outcome = tracer(task_id, [i], {}, _request(task_id, i))
-        if outcome[0] != i:
-            raise RuntimeError(f"{task.name} did not run: {outcome!r}")
+        if call(i) != i:
+            raise RuntimeError(f"{task.name} did not run its body for {i}")
     return (resource.getrusage(resource.RUSAGE_THREAD).ru_utime - before) / n * 1e6
+
+
+def warm_up(app: Celery, tasks: dict[str, Task[Any, Any]], send: bool) -> None:
+    """Imports, plans, first allocations and connections, for every variant."""
+    for task in tasks.values():
+        user_us_per_task(app, task, 300, 0, send=send)
 
 
 #: Where this package's code lives: frames of other files are not counted by ``--opcodes``.
 PACKAGE_DIR = os.path.dirname(os.path.abspath(celery_redislock.__file__))
 
 
-def opcodes_per_task(app: Celery, task: Task[Any, Any], n: int) -> Counter[str]:
+def opcodes_per_task(app: Celery, task: Task[Any, Any], n: int, send: bool) -> Counter[str]:
     """Bytecodes executed per task in this package's functions (``module:function``), over
-    ``n`` traced calls of ``task``."""
-    tracer = build_tracer(task.name, task, app=app, eager=False, propagate=False)
+    ``n`` calls of ``task``."""
+    call = runner(app, task, send=send)
     counts: Counter[str] = Counter()
 
     def trace(frame: FrameType, event: str, arg: Any) -> Any:
@@ -187,17 +252,16 @@ def opcodes_per_task(app: Celery, task: Task[Any, Any], n: int) -> Counter[str]:
     sys.settrace(trace)
     try:
         for i in range(n):
-            task_id = str(uuid.uuid4())
-            tracer(task_id, [i], {}, _request(task_id, i))
+            call(i)
     finally:
         sys.settrace(None)
     return Counter({name: round(count / n) for name, count in counts.items()})
 
 
-def print_opcodes(n: int, release: str) -> int:
-    app, _, locked = make_app(release)
-    user_us_per_task(app, locked, 500, 0)  # warm-up
-    counts = opcodes_per_task(app, locked, n)
+def print_opcodes(n: int, release: str, send: bool) -> int:
+    app, tasks = make_app(release)
+    warm_up(app, tasks, send)
+    counts = opcodes_per_task(app, tasks["locked"], n, send)
     print(
         f"bytecodes a task executes in celery_redislock, by function ({n} tasks, replies canned, release: {release}):"
     )
@@ -208,20 +272,11 @@ def print_opcodes(n: int, release: str) -> int:
     return 0
 
 
-def instructions(kind: str, n: int, release: str) -> int:
+def instructions(kind: str, n: int, release: str, send: bool) -> int:
     """Instructions a run of this module with ``--only kind --n n`` executes (callgrind)."""
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
-    command += [
-        sys.executable,
-        "-m",
-        "benchmarks.task_path",
-        "--only",
-        kind,
-        "--n",
-        str(n),
-        "--release",
-        release,
-    ]
+    command += [sys.executable, "-m", "benchmarks.task_path", "--only", kind, "--n", str(n)]
+    command += ["--release", release] + ([] if send else ["--run-only"])
     # One hash seed: dicts and sets are laid out, and so walked, alike in every run.
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
@@ -231,17 +286,23 @@ def instructions(kind: str, n: int, release: str) -> int:
     return int(found.group(1))
 
 
-def count_instructions(n: int, release: str) -> int:
+def count_instructions(n: int, release: str, send: bool, kinds: list[str]) -> int:
     if shutil.which("valgrind") is None:
         print("--instructions needs valgrind on PATH (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
-    setup = instructions("none", n, release)
-    plain, locked = ((instructions(kind, n, release) - setup) / n for kind in ("plain", "locked"))
-    print(f"instructions per task, a batch of {n} (callgrind, replies canned, release: {release}):")
-    print(f"  plain Celery task  {plain:9,.0f}")
-    print(f"  SingletonTask      {locked:9,.0f}")
-    print(f"  the lock's Python  {locked - plain:9,.0f}")
+    setup = instructions("none", n, release, send)
+    counted = {kind: (instructions(kind, n, release, send) - setup) / n for kind in kinds}
+    print(
+        f"instructions per task, {what(send)}, a batch of {n} (callgrind, replies canned, release: {release}):"
+    )
+    print(f"  {'':28s} {'per task':>9s} {'over plain':>11s}")
+    for kind, count in counted.items():
+        print(f"  {LABELS[kind]:28s} {count:9,.0f} {count - counted['plain']:11,.0f}")
     return 0
+
+
+def what(send: bool) -> str:
+    return "sent and run" if send else "run only (the pool child's share)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,31 +314,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--release", choices=RELEASES, default="script", help="the server's release (default: script)"
     )
-    parser.add_argument("--only", choices=("none", "plain", "locked"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--run-only", action="store_true", help="the tracer alone: no apply_async (a pool child's share)"
+    )
+    parser.add_argument("--only", choices=("none", *LABELS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    send = not args.run_only
+    app, tasks = make_app(args.release)
     if args.instructions:
-        return count_instructions(args.n or 1000, args.release)
+        return count_instructions(args.n or 1000, args.release, send, list(tasks))
     if args.opcodes:
-        return print_opcodes(args.n or 1000, args.release)
+        return print_opcodes(args.n or 1000, args.release, send)
     args.n = args.n or 5000
-    app, plain, locked = make_app(args.release)
-    user_us_per_task(app, plain, 500, 0)  # warm-up: imports, plans, first allocations
-    user_us_per_task(app, locked, 500, 0)
+    warm_up(app, tasks, send)
     if args.only is not None:  # one batch of one kind, counted from outside (--instructions)
         if args.only != "none":
-            user_us_per_task(app, plain if args.only == "plain" else locked, args.n, 1000)
+            user_us_per_task(app, tasks[args.only], args.n, 1000, send=send)
         return 0
-    runs: dict[str, list[float]] = {"plain": [], "locked": []}
+    runs: dict[str, list[float]] = {name: [] for name in tasks}
     first = 1000
     for _ in range(args.repeats):
-        for name, task in (("plain", plain), ("locked", locked)):
-            runs[name].append(user_us_per_task(app, task, args.n, first))
+        for name, task in tasks.items():
+            runs[name].append(user_us_per_task(app, task, args.n, first, send=send))
             first += args.n
-    plain_us, locked_us = statistics.median(runs["plain"]), statistics.median(runs["locked"])
-    print(f"user CPU µs per task, median of {args.repeats} batches of {args.n} (replies canned):")
-    print(f"  plain Celery task  {plain_us:6.1f}")
-    print(f"  SingletonTask      {locked_us:6.1f}")
-    print(f"  the lock's Python  {locked_us - plain_us:6.1f}")
+    medians = {name: statistics.median(times) for name, times in runs.items()}
+    print(
+        f"user CPU µs per task, {what(send)}, median of {args.repeats} batches of {args.n} (replies canned):"
+    )
+    print(f"  {'':28s} {'per task':>9s} {'over plain':>11s}")
+    for name, us in medians.items():
+        print(f"  {LABELS[name]:28s} {us:9.1f} {us - medians['plain']:11.1f}")
     return 0
 
 

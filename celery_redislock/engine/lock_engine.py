@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import redis
 from redis.cluster import RedisCluster
-from redis.commands.core import Script
+from redis.exceptions import ResponseError
 
+from . import conditional_delete
+from .conditional_delete import ConditionalDelete
 from .keys import fence_key
 from .leases import REDIS_ERRORS, AcquireResult, AcquireStatus, Client, Lease, LockInfo, RenewReport, as_text
+from .script_runner import ScriptRunner, pipelined_scripts
 from .scripts import (
     ACQUIRE,
     RELEASE,
@@ -18,10 +21,8 @@ from .scripts import (
     RENEW,
     TRANSFER,
     BatchRenewal,
-    PooledCalls,
     chunks,
     flatten,
-    pipelined_scripts,
     renew_report,
     ttl_arg,
 )
@@ -49,13 +50,13 @@ class LockEngine(BatchRenewal):
 
     def __init__(self, client: Client, *, hold_connection: bool = False) -> None:
         self.client = client
-        self._acquire = client.register_script(ACQUIRE)
-        self._release = client.register_script(RELEASE)
-        self._release_exact = client.register_script(RELEASE_EXACT)
-        self._renew = client.register_script(RENEW)
-        self._transfer = client.register_script(TRANSFER)
-        # hold_connection: the client is the package's own (PooledCalls says why).
-        self._calls = PooledCalls.for_client(client, hold=hold_connection)
+        #: Every call of the engine, and of the modes' scripts (``hold_connection``: the client
+        #: is the package's own, ``ScriptRunner`` says why).
+        self.runner = ScriptRunner(client, hold=hold_connection)
+        #: The server's own compare-and-delete (``conditional_delete``): False until the first
+        #: release asks the server; None for none. A forked child keeps the answer (the same
+        #: server); a server that stops taking it (failover, ACL) turns it to None.
+        self._delete: ConditionalDelete | Literal[False] | None = False
 
     def acquire(
         self,
@@ -86,11 +87,11 @@ class LockEngine(BatchRenewal):
         args = (holder, ttl, handover or "", takeover_suffix or "")
         if fencing:
             keep = str(max(FENCE_KEEP_MS, 2 * int(ttl)))
-            reply = self._script(self._acquire, [key, fence_key(key)], *args, keep)
+            reply = self.runner.run(ACQUIRE, (key, fence_key(key)), (*args, keep))
         elif expect_free and self.take(key, holder, ttl_ms):
             return AcquireResult(AcquireStatus.TAKEN, holder)
         else:
-            reply = self._script(self._acquire, key, *args)
+            reply = self.runner.run(ACQUIRE, (key,), args)
         if isinstance(reply, int):
             return AcquireResult(AcquireStatus(reply), holder)
         if isinstance(reply, list):  # fenced: [code, token, seconds, microseconds]
@@ -101,41 +102,52 @@ class LockEngine(BatchRenewal):
     def take(self, key: str, holder: str, ttl_ms: int) -> bool:
         """Take a free ``key`` for ``holder`` (``SET NX PX``): True when taken; False when
         it is held, by anyone (``acquire`` then tells re-entry and take-over apart)."""
-        ttl = ttl_arg(ttl_ms)
-        calls = self._calls
-        if calls is not None:
-            return calls.execute("SET", key, holder, "NX", "PX", ttl) is not None
-        return bool(self.client.set(key, holder, nx=True, px=int(ttl)))
+        return self.runner.execute("SET", key, holder, "NX", "PX", ttl_arg(ttl_ms)) is not None
 
     def release(self, key: str, holder: str, *, notify: str | None = None) -> bool:
         """Delete ``key`` if ``holder`` still has it; PUBLISH the key on ``notify`` if given.
 
         Returns False when the lock had expired or another holder has it (nothing deleted).
         """
-        if notify is None:  # the usual case: the shorter script, cheaper on the server
-            calls = self._calls
-            if calls is not None:  # a task's release: the server's conditional delete, or the script
-                return bool(calls.release_exact(self._release_exact, key, holder) == 1)
-            return bool(self._release_exact(keys=[key], args=[holder]) == 1)
-        return bool(self._script(self._release, key, holder, "0", notify) == 1)
+        if notify is None:  # the usual case: the server's conditional delete, or the shorter script
+            return bool(self._release_exact(key, holder) == 1)
+        return bool(self.runner.run(RELEASE, (key,), (holder, "0", notify)) == 1)
+
+    def _release_exact(self, key: str, holder: str) -> Any:
+        """Delete ``key`` if it holds ``holder``: 1 deleted, 0 not. The server's own conditional
+        delete where it has one, else the compare-and-delete script (``release_exact.lua``):
+        the same answer either way."""
+        delete = self._delete
+        if delete is False:
+            delete = self._ask_conditional_delete()
+        if delete is not None:
+            try:
+                return self.runner.execute(*delete.args(key, holder))
+            except ResponseError as error:
+                if not conditional_delete.unavailable(error):
+                    raise
+                self._delete = None  # a server without it now (failover), or an ACL denying it
+        return self.runner.run(RELEASE_EXACT, (key,), (holder,))
+
+    def _ask_conditional_delete(self) -> ConditionalDelete | None:
+        """Which conditional delete the server has, asked once (a connection error leaves it
+        to the next release to ask)."""
+        try:
+            reply = self.runner.execute(*conditional_delete.QUESTION)
+        except ResponseError:  # no COMMAND LIST (Redis 6.2), or an ACL denying it: the script
+            reply = None
+        delete = self._delete = conditional_delete.choose(reply)
+        return delete
 
     def release_holder_prefix(self, key: str, prefix: str, *, notify: str | None = None) -> bool:
         """Delete ``key`` if its holder id starts with ``prefix``: how a parent process frees
         the lock of a child that died, knowing its task id and pid but not its full holder id."""
-        return bool(self._script(self._release, key, prefix, "1", notify or "") == 1)
+        return bool(self.runner.run(RELEASE, (key,), (prefix, "1", notify or "")) == 1)
 
     def transfer(self, key: str, holder: str, to: str, ttl_ms: int) -> bool:
         """Make ``to`` the holder of ``key`` (TTL ``ttl_ms``) if ``holder`` still has it: how
         an execution hands its lock to the next run of its task id."""
-        return bool(self._script(self._transfer, key, holder, to, ttl_arg(ttl_ms)) == 1)
-
-    def _script(self, script: Script, key: str | list[str], *args: str) -> Any:
-        """One call of ``script`` on ``key`` (or keys of one slot), through ``PooledCalls``
-        where the client allows it."""
-        keys = [key] if isinstance(key, str) else key
-        if self._calls is not None:
-            return self._calls.script(script, keys, args)
-        return script(keys=keys, args=args)
+        return bool(self.runner.run(TRANSFER, (key,), (holder, to, ttl_arg(ttl_ms))) == 1)
 
     def holder_of(self, key: str) -> str | None:
         """The id holding ``key`` now, or None: for diagnostics, never for a decision."""
@@ -156,7 +168,7 @@ class LockEngine(BatchRenewal):
                 args += (lease.holder, ttl_arg(lease.ttl_ms))
             calls.append(([lease.key for lease in chunk], args))
         assert isinstance(self.client, redis.Redis)  # a cluster's engine overrides this
-        return renew_report(batch, flatten(pipelined_scripts(self.client, self._renew, calls)))
+        return renew_report(batch, flatten(pipelined_scripts(self.client, RENEW, calls)))
 
     # -- many keys at once: listing and purging (the CLI) ------------------------------------
 
@@ -206,6 +218,12 @@ class ClusterLockEngine(LockEngine):
 
     client: RedisCluster
 
+    def __init__(self, client: RedisCluster) -> None:
+        super().__init__(client)
+        # The release script, never the server's conditional delete: which one a cluster's
+        # nodes have is not asked (the client would route the question to any one node).
+        self._delete = None
+
     def renew_many(self, leases: Iterable[Lease]) -> RenewReport:
         report = RenewReport()
         failed: list[Lease] = []
@@ -238,7 +256,7 @@ class ClusterLockEngine(LockEngine):
             for lease in chunk:
                 args += (lease.key, lease.holder, ttl_arg(lease.ttl_ms))
             calls.append(((), args))
-        return renew_report(batch, flatten(pipelined_scripts(node_client, self._renew, calls)))
+        return renew_report(batch, flatten(pipelined_scripts(node_client, RENEW, calls)))
 
     def _node_of(self, key: str) -> Any:
         """The primary serving ``key``'s slot, as the client's slot map says."""
@@ -282,7 +300,7 @@ def _delete_many(
 def make_engine(client: Client, *, hold_connection: bool = False) -> LockEngine:
     """The engine for ``client``: a ClusterLockEngine for a RedisCluster. ``hold_connection``:
     a task's calls keep one connection of the client's pool (only for a client of the package's
-    own, see ``PooledCalls``)."""
+    own, see ``ScriptRunner``)."""
     if isinstance(client, RedisCluster):
         return ClusterLockEngine(client)
     return LockEngine(client, hold_connection=hold_connection)

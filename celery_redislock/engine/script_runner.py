@@ -1,16 +1,29 @@
-"""Lua scripts read from a package's ``lua/`` folder (the engine's own, a mode's), and run for
-the layers above the engine (the modes): registered once per client, every key of a call in one
-cluster slot (the caller names them by ``keys.slot_key``)."""
+"""How the engine's Redis calls are sent, the one way for every caller (the lock and semaphore
+engines, the modes): a command, or a Lua script by EVALSHA with EVAL after a NOSCRIPT reply,
+through the client's own ``execute_command``; many script calls pipelined in one round trip.
+
+Through ``execute_command``, so whatever wraps it (OpenTelemetry's redis instrumentation, the
+client's ``Retry``, its response callbacks) sees each call as redis-py's own commands are seen.
+"""
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
 import threading
+import weakref
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+
 from .leases import Client
 
-__all__ = ["ScriptRunner", "package_script"]
+__all__ = ["ScriptRunner", "package_script", "pipelined_scripts", "sha_of"]
 
 
 def package_script(package: str, name: str) -> str:
@@ -18,19 +31,146 @@ def package_script(package: str, name: str) -> str:
     return resources.files(package).joinpath("lua").joinpath(name).read_text(encoding="utf-8")
 
 
+@functools.cache
+def sha_of(script: str) -> str:
+    """The SHA1 Redis knows ``script`` by (as redis-py's ``Script`` computes it), once each."""
+    return hashlib.sha1(script.encode("utf-8")).hexdigest()
+
+
 class ScriptRunner:
-    """Runs any script on one client: each source registered on first use (EVALSHA, with
-    redis-py's NOSCRIPT fallback), so a mode brings its script and nothing here names it."""
+    """Runs commands and scripts on one client; a script is known by its source (no registration:
+    a mode brings its own and nothing here names it), every key of a call in one cluster slot
+    (the caller names them by ``keys.slot_key``).
 
-    def __init__(self, client: Client) -> None:
+    ``hold``: the calls go through a client of the same pool bound to one connection
+    (``client.client()``), taken on first use and kept, for whichever thread finds it free: a
+    connection taken from the pool and given back per call costs a task more Python than the
+    call itself (the pool's checks and bookkeeping, twice a call). Still the pool's connection:
+    counted, closed and disconnected with it. For a client the package made itself (a Celery
+    app's lock client), never for a caller's, whose ``max_connections`` it would use up. A
+    thread that finds it busy goes through the pool; a forked child forgets it (the parent's
+    socket).
+    """
+
+    def __init__(self, client: Client, *, hold: bool = False) -> None:
         self.client = client
-        self._registered: dict[str, Any] = {}
-        self._mutex = threading.Lock()
+        self._guard: threading.Lock | None = None
+        self._held: redis.Redis | None = None
+        #: Whether the held connection's last call went through: a call that then finds it dead
+        #: (a restart, a failover) is sent again once, at once, as the pool does with an idle
+        #: connection it finds closed; not when its server is down (that call failed already).
+        self._held_ok = False
+        if hold and isinstance(client, redis.Redis) and client.connection is None:
+            self._guard = threading.Lock()
+            _holding.add(self)
 
-    def run(self, source: str, keys: list[str], args: list[str]) -> Any:
-        """The reply of ``source`` run on ``keys`` (all of one slot) with ``args``."""
-        script = self._registered.get(source)
-        if script is None:
-            with self._mutex:
-                script = self._registered.setdefault(source, self.client.register_script(source))
-        return script(keys=keys, args=args)
+    def execute(self, *args: Any) -> Any:
+        """Send one command and read its reply (redis-py's response callbacks applied); raises
+        redis-py's errors."""
+        guard = self._guard
+        if guard is None or not guard.acquire(blocking=False):
+            return self._pooled(args)
+        try:
+            held = self._held
+            if held is None:
+                held = self._held = self.client.client()  # type: ignore[union-attr]
+            try:
+                reply = held.execute_command(*args)
+            except ResponseError:  # the server's answer: the connection is in order
+                raise
+            except RedisConnectionError:
+                # Given back, and this call sent again through the pool, which connects its
+                # own way (a Sentinel's asks the Sentinels for the master, where a reconnect
+                # of the held one's own would go back to the old one).
+                self._give_back(held)
+                if not self._held_ok:
+                    raise
+                self._held_ok = False
+                return self._pooled(args)
+            except BaseException:
+                # Interrupted (a soft time limit) between sending and reading: a reply left
+                # unread would be taken for the next command's.
+                self._give_back(held)
+                raise
+            self._held_ok = True
+            return reply
+        finally:
+            guard.release()
+
+    def run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """The reply of ``script`` (its Lua source) run on ``keys`` (all of one slot) with
+        ``args``: EVALSHA, and EVAL (which also caches it again) after a NOSCRIPT reply."""
+        try:
+            return self.execute("EVALSHA", sha_of(script), len(keys), *keys, *args)
+        except NoScriptError:
+            return self.execute("EVAL", script, len(keys), *keys, *args)
+
+    def _pooled(self, args: tuple[Any, ...]) -> Any:
+        """``args`` sent on a connection the client takes for the call (from its pool)."""
+        try:
+            return self.client.execute_command(*args)  # type: ignore[no-untyped-call]
+        except RedisError:  # the server's answer, or a connection redis-py has dropped
+            raise
+        except BaseException:
+            # Interrupted (a soft time limit) between sending and reading: the connection went
+            # back to the pool with its reply unread, which a pool with maintenance
+            # notifications (RESP3) hands out again unchecked. Its idle connections go instead.
+            pool = getattr(self.client, "connection_pool", None)
+            if pool is not None:
+                pool.disconnect(inuse_connections=False)
+            raise
+
+    def _give_back(self, held: redis.Redis) -> None:
+        """Disconnect the held connection and give it back to the pool."""
+        self._held = None
+        if held.connection is not None:
+            held.connection.disconnect()  # type: ignore[no-untyped-call]
+        held.close()
+
+    def _forget_held(self) -> None:
+        # In a forked child: the held connection's socket is the parent's; never written to.
+        self._held = None
+        self._held_ok = False
+        self._guard = threading.Lock()
+
+
+#: The runners that hold a connection, for the fork hook below.
+_holding: weakref.WeakSet[ScriptRunner] = weakref.WeakSet()
+
+
+def _forget_held_connections() -> None:
+    for runner in list(_holding):
+        runner._forget_held()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_held_connections)
+
+
+def pipelined_scripts(
+    client: redis.Redis, script: str, calls: Sequence[tuple[Sequence[str], Sequence[str]]]
+) -> list[Any]:
+    """The replies of ``script`` called once per ``(keys, args)``, all EVALSHAs in one pipeline
+    (one round trip). Calls answered NOSCRIPT (a restarted Redis) are sent again once the
+    script is loaded; any other error is raised."""
+    replies: list[Any] = [None] * len(calls)
+    pending = list(range(len(calls)))
+    sha = sha_of(script)
+    for attempt in range(2):
+        pipe = client.pipeline(transaction=False)
+        for index in pending:
+            keys, args = calls[index]
+            pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+        missing = []
+        for index, reply in zip(pending, pipe.execute(raise_on_error=False)):
+            if isinstance(reply, NoScriptError) and not attempt:
+                missing.append(index)
+            elif isinstance(reply, Exception):
+                raise reply
+            else:
+                replies[index] = reply
+        if not missing:
+            break
+        client.script_load(script)
+        pending = missing
+    return replies

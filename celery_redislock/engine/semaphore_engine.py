@@ -19,6 +19,7 @@ from .leases import (
     SlotResult,
     as_text,
 )
+from .script_runner import ScriptRunner, pipelined_scripts
 from .scripts import (
     SEM_ACQUIRE,
     SEM_RELEASE,
@@ -27,7 +28,6 @@ from .scripts import (
     BatchRenewal,
     chunks,
     flatten,
-    pipelined_scripts,
     renew_report,
     ttl_arg,
 )
@@ -47,10 +47,7 @@ class SemaphoreEngine(BatchRenewal):
 
     def __init__(self, client: Client) -> None:
         self.client = client
-        self._acquire = client.register_script(SEM_ACQUIRE)
-        self._release = client.register_script(SEM_RELEASE)
-        self._renew = client.register_script(SEM_RENEW)
-        self._state = client.register_script(SEM_STATE)
+        self.runner = ScriptRunner(client)
 
     def acquire(
         self,
@@ -72,9 +69,10 @@ class SemaphoreEngine(BatchRenewal):
         """
         queue, alive, counter = semaphore_keys(key)
         wait_ttl = ttl_arg(wait_ttl_ms) if wait_ttl_ms else "0"
-        reply = self._acquire(
-            keys=[key, queue, alive, counter],
-            args=[
+        reply = self.runner.run(
+            SEM_ACQUIRE,
+            (key, queue, alive, counter),
+            (
                 holder,
                 str(int(limit)),
                 ttl_arg(ttl_ms),
@@ -82,7 +80,7 @@ class SemaphoreEngine(BatchRenewal):
                 str(int(ticket)),
                 release_channel(key),
                 siblings,
-            ],
+            ),
         )
         if reply[0] != 0:
             return SlotResult(AcquireStatus(reply[0]))
@@ -102,7 +100,7 @@ class SemaphoreEngine(BatchRenewal):
 
     def _call_release(self, key: str, mode: str, ids: Sequence[str], notify: str | None) -> int:
         queue, alive, _ = semaphore_keys(key)
-        return int(self._release(keys=[key, queue, alive], args=[mode, notify or "", *ids]))
+        return int(self.runner.run(SEM_RELEASE, (key, queue, alive), (mode, notify or "", *ids)))
 
     def state(self, key: str) -> SemaphoreState | None:
         """The semaphore at ``key`` now, or None when ``key`` holds something else (a lock)."""
@@ -116,10 +114,9 @@ class SemaphoreEngine(BatchRenewal):
 
     def states(self, keys: Sequence[str]) -> list[SemaphoreState | None]:
         """:meth:`state` of each key, in one round trip (a pipeline)."""
-        pipe = self.client.pipeline(transaction=False)
-        for key in keys:
-            self._state(keys=[key, semaphore_keys(key)[0]], client=pipe)
-        return [_semaphore_state(reply) for reply in pipe.execute()]
+        assert isinstance(self.client, redis.Redis)  # a cluster's engine overrides this
+        calls = [((key, semaphore_keys(key)[0]), ()) for key in keys]
+        return [_semaphore_state(reply) for reply in pipelined_scripts(self.client, SEM_STATE, calls)]
 
     def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
         return renew_report(batch, flatten(self._renew_calls([self._renew_call(c) for c in chunks(batch)])))
@@ -133,7 +130,7 @@ class SemaphoreEngine(BatchRenewal):
 
     def _renew_calls(self, calls: Sequence[tuple[Sequence[str], Sequence[str]]]) -> list[Any]:
         assert isinstance(self.client, redis.Redis)
-        return pipelined_scripts(self.client, self._renew, calls)
+        return pipelined_scripts(self.client, SEM_RENEW, calls)
 
 
 class ClusterSemaphoreEngine(SemaphoreEngine):
@@ -153,11 +150,13 @@ class ClusterSemaphoreEngine(SemaphoreEngine):
         # One slot's semaphores, more than RENEW_CHUNK of them only at a scale a cluster spreads
         # over slots: the chunks go one by one, through the cluster client (which follows a
         # slot that moved), not in one pipeline (a cluster pipeline refuses EVALSHA).
-        return [self._renew(keys=keys, args=args) for keys, args in calls]
+        return [self.runner.run(SEM_RENEW, keys, args) for keys, args in calls]
 
     def states(self, keys: Sequence[str]) -> list[SemaphoreState | None]:
         # A cluster pipeline refuses EVALSHA: one call per semaphore, each to its node.
-        return [_semaphore_state(self._state(keys=[key, semaphore_keys(key)[0]])) for key in keys]
+        return [
+            _semaphore_state(self.runner.run(SEM_STATE, (key, semaphore_keys(key)[0]), ())) for key in keys
+        ]
 
 
 def make_semaphore_engine(client: Client) -> SemaphoreEngine:

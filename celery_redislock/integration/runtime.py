@@ -163,10 +163,10 @@ class Runtime:
         """The engine of tasks with ``max_concurrency`` > 1, on the same client."""
         return make_semaphore_engine(self.engine.client)
 
-    @functools.cached_property
+    @property
     def scripts(self) -> ScriptRunner:
-        """Runs the modes' own scripts, on the same client."""
-        return ScriptRunner(self.engine.client)
+        """Runs the modes' own scripts: the lock engine's runner (its client, its connection)."""
+        return self.engine.runner
 
     def engine_for(self, options: LockOptions) -> LeaseEngine:
         """Where a task with ``options`` holds its key: a lock, or a semaphore's slot."""

@@ -17,6 +17,7 @@ from benchmarks import crash_release, placement
 from benchmarks.__main__ import main
 from benchmarks.harness import Bench, Config, _mean_cpu, run_seconds
 from benchmarks.send_path import main as send_path
+from benchmarks.task_path import Singleton
 
 
 @pytest.mark.slow
@@ -56,13 +57,18 @@ def task_path(*args: str) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def test_the_task_path_benchmark_runs_both_tasks_through_celerys_tracer() -> None:
-    assert "the lock's Python" in task_path("--n", "50", "--repeats", "1").stdout
+def test_the_task_path_benchmark_sends_and_runs_every_variant_through_celerys_tracer() -> None:
+    out = task_path("--n", "50", "--repeats", "1").stdout
+    rows = {line.split("  ")[1].strip() for line in out.splitlines()[2:]}
+    peers = {"celery-singleton Singleton", "celery-once QueueOnce"}
+    assert rows == {"plain Celery task", "SingletonTask"} | (peers if Singleton is not None else set())
+    assert "sent and run" in out.splitlines()[0]
+    assert "run only" in task_path("--n", "20", "--repeats", "1", "--run-only").stdout
 
 
 def test_the_task_path_runs_one_batch_alone_for_an_instruction_count() -> None:
     # What --instructions runs under valgrind, three times: one kind's batch, nothing printed.
-    for kind in ("none", "locked"):
+    for kind in ("none", "locked", *(["singleton"] if Singleton is not None else [])):
         assert task_path("--only", kind, "--n", "20").stdout == ""
 
 
@@ -82,7 +88,7 @@ def test_the_task_path_counts_our_bytecodes_by_function_and_nothing_of_celerys()
     counted = counted_by_function(out)
     # The task's own entry and both commands' calls are counted; Celery's tracer is not.
     assert of(counted, "SingletonTask.__call__") > 0
-    assert of(counted, "PooledCalls.execute") > 0 and of(counted, "PooledCalls.script") > 0
+    assert of(counted, "ScriptRunner.execute") > 0 and of(counted, "ScriptRunner.run") > 0
     assert not any("celery/" in name for name in counted)
     total = counted.pop("all")
     assert total == sum(counted.values())
@@ -91,7 +97,7 @@ def test_the_task_path_counts_our_bytecodes_by_function_and_nothing_of_celerys()
 def test_the_task_path_takes_the_release_a_server_with_a_conditional_delete_gets() -> None:
     counted = counted_by_function(task_path("--opcodes", "--n", "20", "--release", "delifeq").stdout)
     assert of(counted, "ConditionalDelete.args") > 0
-    assert of(counted, "PooledCalls.script") == 0  # no script call
+    assert of(counted, "ScriptRunner.run") == 0  # no script call
 
 
 def test_the_send_path_benchmark_sends_each_variant_against_a_real_broker(

@@ -12,6 +12,7 @@ from redis.cluster import RedisCluster
 from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import ClusterSet
 from celery_redislock.engine import AcquireStatus, ClusterLockEngine, Lease, make_engine
+from celery_redislock.engine.scripts import RENEW
 from tests.harness import counting_cluster_client
 
 
@@ -76,7 +77,7 @@ def test_renewing_10000_locks_on_three_nodes_is_three_round_trips(cluster: Clust
         client.set(lease.key, "intruder", px=60_000)
     nodes = {client.get_node_from_key(lease.key).name for lease in leases}
     assert len(nodes) == 3
-    client.script_load(engine._renew.script)  # on every primary: NOSCRIPT is not what is counted
+    client.script_load(RENEW)  # on every primary: NOSCRIPT is not what is counted
     trips.reset()
 
     report = engine.renew_many([Lease(lease.key, lease.holder, 60_000) for lease in leases])

@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -161,8 +162,7 @@ def test_a_forked_child_talks_to_redis_on_a_connection_of_its_own(
     assert engine.acquire("lock:parent", "parent", 10_000).acquired  # the pool's connection made
     parent_id = client.client_id()
     # The server-side id of the connection the engine's own calls use (a held one, or a pool's).
-    calls = engine._calls
-    assert calls is not None
+    calls = engine.runner
     engine_id = calls.execute("CLIENT", "ID")
     read, write = os.pipe()
     pid = os.fork()
@@ -252,3 +252,68 @@ def test_the_engine_reconnects_after_a_redis_restart_and_reloads_the_scripts(
     assert engine.acquire("lock:r", "me", 10_000).status is AcquireStatus.TAKEN
     assert engine.release("lock:r", "me") is True  # EVALSHA answered NOSCRIPT: EVAL
     assert engine.release("lock:r", "me") is False
+
+
+class Interrupted(BaseException):
+    """Stands for what a signal handler raises mid-call (Celery's soft time limit)."""
+
+
+class InterruptedOnce(redis.Connection):
+    """A connection whose next read is interrupted before it reads anything, once: the reply
+    stays unread on the socket, as when a signal lands between a command's send and its read."""
+
+    interrupt = False
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        if InterruptedOnce.interrupt:
+            InterruptedOnce.interrupt = False
+            raise Interrupted
+        return super().read_response(*args, **kwargs)
+
+
+@pytest.mark.parametrize("hold", HOLD)
+def test_a_call_interrupted_before_its_reply_is_read_leaves_no_reply_for_the_next_call(
+    redislock_server: RedisServer, hold: bool
+) -> None:
+    pool = redis.ConnectionPool(
+        connection_class=InterruptedOnce, host="127.0.0.1", port=redislock_server.port
+    )
+    client = redis.Redis(connection_pool=pool)
+    try:
+        runner = LockEngine(client, hold_connection=hold).runner
+        assert runner.execute("ECHO", "first") == b"first"
+        InterruptedOnce.interrupt = True
+        with pytest.raises(Interrupted):
+            runner.execute("ECHO", "interrupted")
+        # Its reply, still on that connection's socket, must never be read as this one's.
+        assert runner.execute("ECHO", "next") == b"next"
+    finally:
+        InterruptedOnce.interrupt = False
+        client.close()
+
+
+@pytest.mark.parametrize("hold", HOLD)
+def test_a_tasks_calls_go_through_execute_command_where_instrumentation_sees_them(
+    redislock_server: RedisServer, monkeypatch: pytest.MonkeyPatch, hold: bool
+) -> None:
+    # OpenTelemetry's redis instrumentation (and others) wraps Redis.execute_command on the
+    # class: a call that goes around it is invisible to tracing and metrics.
+    seen: list[str] = []
+    original = redis.Redis.execute_command
+
+    def traced(self: redis.Redis, *args: Any, **options: Any) -> Any:
+        seen.append(str(args[0]))
+        return original(self, *args, **options)
+
+    monkeypatch.setattr(redis.Redis, "execute_command", traced)
+    client = redislock_server.client()
+    try:
+        engine = LockEngine(client, hold_connection=hold)
+        assert engine.acquire("lock:seen", "me", 10_000).acquired
+        assert engine.release("lock:seen", "me") is True
+        assert engine.acquire("lock:seen", "me", 10_000, expect_free=False).acquired  # the script
+    finally:
+        client.close()
+    # The first release also asks which conditional delete the server has.
+    assert seen[0] == "SET" and "COMMAND LIST" in seen
+    assert seen[-2] in ("EVALSHA", "DELIFEQ", "DELEX") and seen[-1] in ("EVALSHA", "EVAL")
