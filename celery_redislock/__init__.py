@@ -32,8 +32,8 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .integration.task import SingletonTask
     from .config.limits import declare_limit
+    from .integration.task import SingletonTask
     from .ops.limits import pause_limit, reset_limit, set_limit, show_limits
 
 __all__ = [

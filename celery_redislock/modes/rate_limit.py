@@ -232,12 +232,11 @@ class RateLimitGate:
         count("rate_paused")
         names = ", ".join(limit.label for limit in chosen)
         logger.warning(
-            "Paused rate limit(s) %s for %.3fs: %s[%s] raised %s",
+            "Paused rate limit(s) %s for %.3fs: %s[%s] raised RateLimitPaused; re-queued for after the pause",
             names,
             paused.retry_after,
             task.name,
             task_id,
-            paused,
         )
         if request.is_eager:  # nothing to re-queue
             raise paused
