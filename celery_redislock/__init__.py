@@ -25,13 +25,16 @@ from .errors import (
     LockNotOwnedError,
     LockUnavailableError,
     OptionError,
+    RateLimitPaused,
     RedisLockError,
     RedisTLSError,
     RedisURLError,
 )
 
 if TYPE_CHECKING:
+    from .config.limits import declare_limit
     from .integration.task import SingletonTask
+    from .ops.limits import pause_limit, reset_limit, set_limit, show_limits
 
 __all__ = [
     "AcquireResult",
@@ -46,6 +49,7 @@ __all__ = [
     "LockNotOwnedError",
     "LockUnavailableError",
     "OptionError",
+    "RateLimitPaused",
     "RedisLock",
     "RedisLockError",
     "RedisRateLimiter",
@@ -54,12 +58,19 @@ __all__ = [
     "RedisURLError",
     "RenewReport",
     "SingletonTask",
+    "declare_limit",
+    "pause_limit",
+    "reset_limit",
+    "set_limit",
+    "show_limits",
 ]
 
 __version__ = "0.1.0"
 
 #: What loading the Celery integration imports, each for what importing it does (see above).
 _CELERY_PARTS = (".ops.control", ".integration.worker_handlers", ".modes")
+#: The named limits' functions (``config.limits``, ``ops.limits``), loaded on first use.
+_LIMIT_FUNCTIONS = ("declare_limit", "pause_limit", "reset_limit", "set_limit", "show_limits")
 #: Registers celery-once's and celery-singleton's task keywords with the task's keyword check.
 _PEER_KEYWORDS = ".compat.peer_keywords"
 
@@ -73,4 +84,11 @@ def __getattr__(name: str) -> Any:
         # After the name is set: importing compat imports SingletonTask through this package.
         importlib.import_module(_PEER_KEYWORDS, __name__)
         return task
+    if name in _LIMIT_FUNCTIONS:
+        # Named limits are the app's settings' (config), their runtime changes Celery's side
+        # (ops): importing the engine loads neither.
+        module = ".config.limits" if name == "declare_limit" else ".ops.limits"
+        function = getattr(importlib.import_module(module, __name__), name)
+        globals()[name] = function
+        return function
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

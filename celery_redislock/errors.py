@@ -184,3 +184,40 @@ class LockNotOwnedError(LockError):
     def __str__(self) -> str:
         now = "has expired" if self.current is None else f"is now held by {self.current}"
         return f"Cannot {self.action} {self.kind} {self.key}: it is not owned by {self.holder}, it {now}"
+
+
+class RateLimitPaused(RedisLockError):
+    """Raised by a rate-limited task's body when the API behind its limits says "back off"
+    (a 429 with ``Retry-After``): the limits (``limits``: the names of some of the task's named
+    limits; None: every limit of the call) admit nothing for ``retry_after`` seconds, on every
+    worker, and this call is re-queued for after the pause, never lost.
+
+    Raised elsewhere (a task with no rate limit, an eager call) it is an error like any other.
+    """
+
+    def __init__(self, retry_after: float, limits: list[str] | tuple[str, ...] | None = None) -> None:
+        if (
+            isinstance(retry_after, bool)
+            or not isinstance(retry_after, (int, float))
+            or not 0 < retry_after < float("inf")
+        ):
+            raise OptionError(
+                "retry_after",
+                "RateLimitPaused",
+                f"must be a number of seconds > 0, got {short_repr(retry_after)}",
+            )
+        if limits is not None and (
+            isinstance(limits, str) or not all(isinstance(name, str) and name for name in limits)
+        ):
+            raise OptionError(
+                "limits",
+                "RateLimitPaused",
+                f"must be None or a list of limit names, got {short_repr(limits)}",
+            )
+        self.retry_after = float(retry_after)
+        self.limits = None if limits is None else tuple(limits)
+        super().__init__(retry_after, limits)
+
+    def __str__(self) -> str:
+        which = "its rate limits" if self.limits is None else ", ".join(self.limits)
+        return f"Paused {which} for {self.retry_after:g}s"

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..engine.checks import BadValue, got
 from ..errors import OptionError, RedisTLSError, RedisURLError, short_repr
+from .limits import LIMITS_SETTING, NamedLimit, read_limits
 from .lock_client import SSL_OPTION_NAMES, TRANSPORT_OPTION_DEFAULTS, cert_reqs, tls_failure
 from .options import APP_CONFIGURATION, LockOptions, resolve, source_queue, source_task, validate
 from .postpone import max_postpone
@@ -42,6 +43,8 @@ SETTING_DEFAULTS: dict[str, Any] = {
     "redislock_use_ssl": None,
     # None: half of what the broker holds an unacknowledged message for (config.postpone).
     "redislock_max_postpone": None,
+    # Named rate limits, name -> rate(s) (config.limits).
+    "redislock_limits": None,
 }
 
 
@@ -61,6 +64,8 @@ class AppSettings:
     ssl_source: str = "redislock_use_ssl"
     #: seconds a postponed call waits in the broker at most at one hop (``config.postpone``)
     max_postpone: float = 900.0
+    #: the named rate limits of ``redislock_limits`` (``config.limits``; code may declare more)
+    limits: Mapping[str, NamedLimit] = field(default_factory=lambda: MappingProxyType({}))
     #: the setting ``url`` came from (named in errors about the URL)
     url_setting: str = "redislock_url"
 
@@ -189,6 +194,7 @@ def read_settings(conf: Mapping[str, Any]) -> AppSettings:
         ssl_source=ssl_source,
         max_postpone=max_postpone(conf),
         url_setting=url_setting,
+        limits=MappingProxyType(read_limits(_setting(conf, LIMITS_SETTING))),
     )
 
 

@@ -107,7 +107,13 @@ class Mode(Protocol):
 
 class Gate(Protocol):
     """A check that composes with whatever mode a plan has (a rate limit): ``admit`` is asked
-    in the worker before the mode's ``before_acquire``."""
+    in the worker before the mode's ``before_acquire``.
+
+    Two hooks a gate may have (looked up, so a gate without them is one): ``check_plan(runtime,
+    task, options)``, asked as a plan is made (at worker start), raises ``OptionError`` for what
+    the options cannot be checked for alone (a name the app must declare); ``on_paused(task,
+    runtime, options, paused)``, asked when the body raised ``RateLimitPaused``, ends the call
+    (re-queued) or returns to let it fail."""
 
     name: ClassVar[str]
     #: The options the gate owns (``config.schema``): registering the gate registers them.

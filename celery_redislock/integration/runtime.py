@@ -136,6 +136,10 @@ class Runtime:
             lock_key = options.lock_key
             builder = KeyBuilder(self.settings.key_prefix, task.name, run_function(type(task)), lock_key)
             plan = Plan(options, builder, mode_for(options), gates_for(options))
+            for gate in plan.gates:  # what only the app shows (a limit name no setting declares)
+                check = getattr(gate, "check_plan", None)
+                if check is not None:
+                    check(self, task, options)
             with self._mutex:
                 self._plans[cache_key] = plan
                 if task.name not in self._waited_on:

@@ -14,7 +14,7 @@ from ..config.schema import OptionSpec, option_specs, watch_options
 from ..engine.holders import handover_id, queued_id, task_id_of
 from ..engine.leases import REDIS_ERRORS
 from ..engine.timing import to_ms
-from ..errors import DuplicateTaskError
+from ..errors import DuplicateTaskError, RateLimitPaused
 from . import outcomes
 from . import sending as enqueue
 from .acquisition import Execution, Holding, Refused
@@ -87,12 +87,17 @@ class SingletonTask(_TaskBase):
         except outcomes.SkippedAsSuccess as skipped:
             # skip_result="success": returned, so Celery stores it and a chord or chain goes on.
             return skipped.value
-        if outcome is None:  # unlocked: the mode says so (unique while queued only), or Redis
-            return self.run(*args, **kwargs)
-        fields[HELD_FIELD] = outcome
-        fields[INFO_FIELD] = outcome.info
+        if outcome is not None:  # else unlocked: the mode says so (unique while queued only), or Redis
+            fields[HELD_FIELD] = outcome
+            fields[INFO_FIELD] = outcome.info
         try:
             return self.run(*args, **kwargs)
+        except RateLimitPaused as paused:
+            for gate in plan.gates:  # the rate limit re-queues the call for after the pause
+                handle = getattr(gate, "on_paused", None)
+                if handle is not None:
+                    handle(self, runtime, plan.options, paused)
+            raise  # no rate limit to pause: an error like any other
         finally:
             self._release_held(request=request)
 

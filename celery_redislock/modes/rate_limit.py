@@ -12,8 +12,14 @@ than the broker holds a message safely (``redislock_max_postpone``) is made of h
 comes back early and goes back again, keeping its reservation.
 
 Each re-published copy carries a fresh hop token (``HOP_HEADER``) and its partition's log
-(``LOG_HEADER``): a copy the broker gave out twice is told apart and dropped, and a copy revoked
-or expired in the worker gives its slot back (``give_back``, on ``task_revoked``).
+(``LOG_HEADER``; every limit of a call of several in ``LIMITS_HEADER``): a copy the broker gave out
+twice is told apart and dropped, and a copy revoked or expired in the worker gives its slot back
+(``give_back``, on ``task_revoked``).
+
+Named limits (``rate_limits``, declared in ``redislock_limits`` or ``declare_limit``) and a cost
+per call (``rate_cost``) go through the same gate: a call's limits are decided in one script
+call (``rate_calls`` says which). A body that raises ``RateLimitPaused`` pauses them on every
+worker, and its call is re-queued for after the pause the way a postponed call is (``on_paused``).
 """
 
 from __future__ import annotations
@@ -27,22 +33,35 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 from celery.exceptions import Ignore
 from celery.signals import task_revoked
 
-from ..config.arguments import KeyBuilder
+from ..config.limits import check_rate_cost, check_rate_limits
 from ..config.mode_rules import Clash
 from ..config.options import LockOptions, check_lock_key
 from ..config.schema import OptionSpec
 from ..engine.counting import count
-from ..engine.keys import slot_key
 from ..engine.leases import REDIS_ERRORS
-from ..engine.rate_limiter import RateDecision, cancel_reservation, confirm_hop, decide, rate_state
-from ..engine.rates import Rate, optional_rate, rate_of
+from ..engine.rate_decisions import cancel_limits, decide_limits, pause_limits
+from ..engine.rate_limiter import RateDecision, confirm_hop, rate_state
+from ..engine.rates import optional_rate, rate_of
 from ..engine.timing import to_ms
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, RateLimitPaused
 from ..integration.acquisition import Execution
 from ..integration.outcomes import finished, requeue
-from ..integration.runtime import Runtime, run_function, runtime_for, task_options
+from ..integration.runtime import Runtime, runtime_for, task_options
 from ..integration.sending import expiry_ttl_ms
 from ..signals import send_rate_limited
+from .rate_calls import (
+    HOP_HEADER,
+    LIMITS_HEADER,
+    LOG_HEADER,
+    PAUSES_HEADER,
+    RATE_SUFFIX,
+    CallLimits,
+    LimitResolver,
+    attempt_of,
+    limits_of_message,
+    message_headers,
+    rate_key,
+)
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
@@ -51,7 +70,9 @@ __all__ = [
     "COME_BACK_EARLY",
     "GATE",
     "HOP_HEADER",
+    "LIMITS_HEADER",
     "LOG_HEADER",
+    "PAUSES_HEADER",
     "WAIT_IN_PROCESS",
     "RateLimitGate",
     "give_back",
@@ -66,19 +87,6 @@ WAIT_IN_PROCESS = 0.2
 #: Seconds before its slot a re-published call is due: it waits out the rest in the worker and
 #: starts on time, where coming back late would delay every later slot of its chain.
 COME_BACK_EARLY = 0.03
-
-#: The message header naming a re-published copy of a postponed call (a fresh token each hop).
-HOP_HEADER = "redislock_hop"
-#: The message header carrying a re-published call's partition log, where its slot is reserved.
-LOG_HEADER = "redislock_rate_log"
-
-#: The suffix of a partition's log beside its key (``keys.slot_key``).
-RATE_SUFFIX = "rate"
-
-
-def rate_key(partition: str) -> str:
-    """The Redis key of the log of ``partition`` (a key as ``KeyBuilder`` makes them)."""
-    return slot_key(partition, RATE_SUFFIX)
 
 
 class RateLimitGate:
@@ -103,21 +111,45 @@ class RateLimitGate:
             "rate_limit",
             names_arguments=True,
         ),
+        OptionSpec(
+            "rate_limits",
+            None,
+            check_rate_limits,
+            "Named limits (declared in ``redislock_limits`` or by ``declare_limit``) every call must "
+            "fit: a list of names, or a dict of name -> its partition (None, argument names, or "
+            "``(task, args, kwargs) -> str``). A call starts only when all admit it.",
+            "list[str] | dict[str, list[str] | callable | None] | None",
+            "rate_limit",
+        ),
+        OptionSpec(
+            "rate_cost",
+            None,
+            check_rate_cost,
+            "Units of its limits a call costs: an int, ``(task, args, kwargs) -> int``, or a dict of "
+            "limit name -> either (None: 1). More than a limit admits at once fails the call.",
+            "int | callable | dict[str, int | callable] | None",
+            "rate_limit",
+        ),
     )
     counters: ClassVar[Mapping[str, str]] = {
         "rate_limited": "calls over their ``global_rate_limit``, re-queued for their slot (once a "
         "call: its later hops are not counted)",
         "rate_copies_dropped": "second copies of a postponed call dropped (a broker gave one out twice)",
+        "rate_paused": "pauses of rate limits raised by a task body (``RateLimitPaused``), its call re-queued",
     }
     #: A partition's log, beside its partition key (``describe_key`` reads its state).
     key_suffixes: ClassVar[Mapping[str, str]] = {RATE_SUFFIX: "rate limit"}
 
     def __init__(self) -> None:
-        # (key prefix, task name, rate_limit_key) -> its KeyBuilder, made once per process.
-        self._partitions: dict[tuple[str, str, Any], KeyBuilder] = {}
+        self.limits = LimitResolver()
 
     def selects(self, options: LockOptions) -> bool:
-        return options.value("global_rate_limit") is not None
+        return options.value("global_rate_limit") is not None or options.value("rate_limits") is not None
+
+    def check_plan(self, runtime: Runtime, task: Any, options: LockOptions) -> None:
+        """Named limits the app does not declare are refused when the plan is made (at worker
+        start, naming the task)."""
+        self.limits.check_plan(runtime, task, options)
 
     def clash(self, options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
         """A start is counted when the call is admitted, before the mode and the lock: calls
@@ -125,42 +157,46 @@ class RateLimitGate:
         make no sense with it. ``on_duplicate="wait"`` would start a call later than counted
         (the limit could be passed); debounce's superseded calls and keep_latest's pending ones
         would use up the limit before they are dropped."""
-        if options.get("global_rate_limit") is None:
+        option = next(
+            (name for name in ("global_rate_limit", "rate_limits") if options.get(name) is not None), None
+        )
+        if option is None:
             return None
         if options.get("on_duplicate") == "wait":
             problem = (
                 "cannot be used with on_duplicate='wait' (a call waiting for its key would start "
                 "later than its start is counted: use 'retry' or 'skip')"
             )
-            return "global_rate_limit", problem, "on_duplicate"
+            return option, problem, "on_duplicate"
         for mode, why in (
             ("debounce", "a burst's superseded calls would use up the limit before they are skipped"),
             ("keep_latest", "a pending call would use up the limit each time it looks again"),
         ):
             if options.get(mode):
-                return mode, f"cannot be used with global_rate_limit ({why})", "global_rate_limit"
+                return mode, f"cannot be used with {option} ({why})", option
         return None
 
     def admit(self, task: AnyTask, execution: Execution) -> None:
         """Let the call start now, or re-publish it for its reserved slot (raises ``Ignore``), or
         drop it when it is a second copy of a call (raises ``Ignore``). Raises
         ``redis.RedisError`` when Redis is unreachable (``on_redis_error`` applies)."""
-        rate = rate_of(execution.options.value("global_rate_limit"))
-        key = self.partition(task, execution)
+        calls = self.limits.of(task, execution.runtime, execution.options)
+        key = calls.home
         scripts = execution.runtime.scripts
         request = task.request
         token = vars(request).get(HOP_HEADER) or ""
         while True:
             hop = uuid.uuid4().hex
-            decision = decide(
+            decision = decide_limits(
                 scripts,
-                key,
-                rate,
+                calls.limits,
                 execution.task_id,
                 reserve=True,
-                attempt=execution.retries,
+                attempt=attempt_of(execution.retries, request),
                 token=token,
                 next_token=hop,
+                cost=calls.costs,
+                source=calls.source,
             )
             if decision.allowed:
                 return
@@ -173,8 +209,54 @@ class RateLimitGate:
             if decision.status == "held":
                 drop_copy(task, execution, key, "another copy of it holds its slot")
             if decision.wait > WAIT_IN_PROCESS and not request.is_eager:  # eager: nothing to re-queue
-                postpone(task, execution, key, rate, decision, token, hop)
+                postpone(task, execution.runtime, calls, decision, token, hop)
             time.sleep(decision.wait)
+
+    def partition(self, task: AnyTask, execution: Execution) -> str:
+        """The Redis key of the log of the running call's ``global_rate_limit`` partition."""
+        return self.limits.of(task, execution.runtime, execution.options).home
+
+    def on_paused(
+        self, task: AnyTask, runtime: Runtime, options: LockOptions, paused: RateLimitPaused
+    ) -> NoReturn:
+        """The body raised ``paused``: pause its limits (those it names, else all the call's) on
+        the server's clock, then re-queue the call for a slot after the pause, as a postponed
+        call is (a new attempt: its start before the pause does not count for it). Logged,
+        counted ``rate_paused``. Raises ``Ignore``; re-raises ``paused`` for an eager call."""
+        request = task.request
+        task_id = str(request.id)
+        calls = self.limits.of(task, runtime, options)
+        chosen = calls.named(paused.limits)
+        scripts = runtime.scripts
+        end = pause_limits(scripts, chosen, paused.retry_after)
+        count("rate_paused")
+        names = ", ".join(limit.label for limit in chosen)
+        logger.warning(
+            "Paused rate limit(s) %s for %.3fs: %s[%s] raised RateLimitPaused; re-queued for after the pause",
+            names,
+            paused.retry_after,
+            task.name,
+            task_id,
+        )
+        if request.is_eager:  # nothing to re-queue
+            raise paused
+        pauses = int(vars(request).get(PAUSES_HEADER) or 0) + 1
+        vars(request)[PAUSES_HEADER] = pauses
+        token = vars(request).get(HOP_HEADER) or ""
+        hop = uuid.uuid4().hex
+        decision = decide_limits(
+            scripts,
+            calls.limits,
+            task_id,
+            reserve=True,
+            attempt=attempt_of(request.retries, request),
+            token=token,
+            next_token=hop,
+            cost=calls.costs,
+            source=calls.source,
+        )
+        logger.debug("%s[%s] re-queued after the pause ending at %.3f (server time)", task.name, task_id, end)
+        postpone(task, runtime, calls, decision, token, hop, paused=True)
 
     def describe_key(
         self, runtime: Runtime, key: str, task_name: str, suffix: str, value: str | None
@@ -188,21 +270,11 @@ class RateLimitGate:
         if state is None:
             return None
         free = "now" if not state.next_free else f"in {state.next_free:.3f}s"
-        return f"rate limit {rate}: {state.started} started in the window, {state.reserved} reserved, next free slot {free}"
-
-    def partition(self, task: AnyTask, execution: Execution) -> str:
-        """The Redis key of the log of the running call's partition."""
-        request = task.request
-        prefix = execution.runtime.settings.key_prefix
-        spec = execution.options.value("rate_limit_key")
-        cache_key = (prefix, task.name, spec)
-        builder = self._partitions.get(cache_key)
-        if builder is None:
-            # No rate_limit_key: one partition for every call of the task (no argument in it).
-            given = () if spec is None else spec
-            builder = KeyBuilder(prefix, task.name, run_function(type(task)), given, option="rate_limit_key")
-            self._partitions[cache_key] = builder
-        return rate_key(builder.key(request.args or (), request.kwargs or {}, task))
+        paused = f", paused for {state.paused:.3f}s" if state.paused else ""
+        return (
+            f"rate limit {rate}: {state.started} started in the window, {state.reserved} reserved, "
+            f"next free slot {free}{paused}"
+        )
 
 
 def _rate_of_task(runtime: Runtime, name: str) -> str | None:
@@ -218,16 +290,25 @@ def _rate_of_task(runtime: Runtime, name: str) -> str | None:
 
 
 def postpone(
-    task: AnyTask, execution: Execution, key: str, rate: Rate, decision: RateDecision, token: str, hop: str
+    task: AnyTask,
+    runtime: Runtime,
+    calls: CallLimits,
+    decision: RateDecision,
+    token: str,
+    hop: str,
+    *,
+    paused: bool = False,
 ) -> NoReturn:
     """Re-publish the running call (as copy ``hop``) to come back for its slot, in ``decision.wait``
-    seconds or the broker's safe hold if sooner; counted ``rate_limited`` the first time only.
-    Or, when its message expires before its slot, give the slot back and end the call as Celery
-    ends an expired one (revoked): a broker that drops an expired message (RabbitMQ's per-message
-    TTL) would leave its caller waiting for nothing. Raises ``Ignore``: no state is stored."""
+    seconds or the broker's safe hold if sooner; counted ``rate_limited`` the first time only
+    (``paused``: re-queued by a pause, counted as that). Or, when its message expires before its
+    slot, give the slot back and end the call as Celery ends an expired one (revoked): a broker
+    that drops an expired message (RabbitMQ's per-message TTL) would leave its caller waiting for
+    nothing. Raises ``Ignore``: no state is stored."""
     request = task.request
-    task_id = execution.task_id
-    scripts = execution.runtime.scripts
+    task_id = str(request.id)
+    scripts = runtime.scripts
+    key = calls.home
     wait = decision.wait
     left_ms = expiry_ttl_ms(request.expires)
     if left_ms is not None and left_ms < to_ms(wait, minimum=0):
@@ -236,30 +317,33 @@ def postpone(
             task.name,
             task_id,
             key,
-            rate,
+            calls.describe(),
             wait,
         )
-        cancel_reservation(scripts, key, task_id, token)
+        cancel_limits(scripts, calls.limits, task_id, token, cost=calls.costs)
         task.backend.mark_as_revoked(task_id, "expired", request=request)
         raise Ignore()
-    if decision.status == "reserved":
+    if decision.status == "reserved" and not paused:
         count("rate_limited")
         logger.info(
-            "Rate-limited %s[%s]: %s allows %s; re-queued to start in %.3fs",
+            "Rate-limited %s[%s]: %s; re-queued to start in %.3fs",
             task.name,
             task_id,
-            key,
-            rate,
+            calls.summary(),
             wait,
         )
-        send_rate_limited(task, task_id, key, str(rate), wait)
-    else:  # a hop of a call postponed already: its first postponement was told
+        send_rate_limited(task, task_id, key, calls.rates_text(), wait)
+    else:  # a hop of a call postponed already (its first postponement was told), or paused (logged)
         logger.debug(
             "Re-queued rate-limited %s[%s] again: its slot in %s is in %.3fs", task.name, task_id, key, wait
         )
-    countdown = min(max(0.0, wait - COME_BACK_EARLY), execution.runtime.settings.max_postpone)
+    countdown = min(max(0.0, wait - COME_BACK_EARLY), runtime.settings.max_postpone)
     requeue(
-        task, countdown=countdown, throw=False, keep_retries=True, headers={HOP_HEADER: hop, LOG_HEADER: key}
+        task,
+        countdown=countdown,
+        throw=False,
+        keep_retries=True,
+        headers=message_headers(calls, hop, request),
     )
     try:
         confirm_hop(scripts, key, task_id, hop)
@@ -281,14 +365,15 @@ def drop_copy(task: AnyTask, execution: Execution, key: str, why: str) -> NoRetu
 @task_revoked.connect
 def give_back(sender: Any = None, request: Any = None, **info: Any) -> None:
     """A postponed call revoked, or expired, in the worker that holds its message: give its slot
-    back (its message names the log it waits in; any other call has no slot to give)."""
+    back in every limit it waits in (its message names them; any other call has no slot)."""
     key = getattr(request, LOG_HEADER, None)
     if not isinstance(key, str) or not key or sender is None:
         return
     task_id = str(request.id)
     try:
         scripts = runtime_for(sender.app).scripts
-        if cancel_reservation(scripts, key, task_id, getattr(request, HOP_HEADER, None) or ""):
+        limits, costs = limits_of_message(request, key)
+        if cancel_limits(scripts, limits, task_id, getattr(request, HOP_HEADER, None) or "", cost=costs):
             why = "expired" if info.get("expired") else "revoked"
             logger.info("Gave back the slot of %s rate-limited %s[%s] in %s", why, sender.name, task_id, key)
     except REDIS_ERRORS as exc:  # a signal handler must not break the worker's revoke handling

@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import functools
 import json.encoder
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import click
-import redis
 from celery.bin.base import CeleryCommand, CeleryOption, CLIContext, handle_preload_options
 from celery.exceptions import CeleryCommandException
-from celery.platforms import EX_FAILURE, EX_UNAVAILABLE
+from celery.platforms import EX_FAILURE
 
-from ..config.urls import mask_url
 from ..engine.keys import parse_key
 from ..engine.leases import REDIS_ERRORS
-from ..errors import RedisLockError
-from ..integration.runtime import Runtime, runtime_for
+from ..integration.runtime import Runtime
+from .cli_common import cli_of, redis_errors, redis_failure, runtime_of
 from .inventory import mode_keys
+from .limit_cli import limit
 from .listing import Lock, held_locks, lock_pattern, purge_locks, scan_locks
 
 __all__ = ["redislock"]
@@ -33,44 +31,6 @@ EXIT_NOT_CONFIRMED = 2
 
 _quote = json.encoder.encode_basestring_ascii
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _cli(ctx: click.Context) -> CLIContext:
-    return cast(CLIContext, ctx.obj)
-
-
-def _runtime(ctx: click.Context) -> Runtime:
-    try:
-        return runtime_for(_cli(ctx).app)
-    except RedisLockError as exc:
-        raise CeleryCommandException(f"{exc}", EX_FAILURE) from None
-    except ValueError as exc:  # redis-py parsing the URL (a port that is not a number, ...)
-        raise CeleryCommandException(f"redislock_url cannot be used: {exc}", EX_FAILURE) from None
-
-
-def _redis_failure(ctx: click.Context, exc: Exception, after: str = "") -> CeleryCommandException:
-    """One ``Error:`` line naming the (masked) URL; unreachable exits like Celery's own commands."""
-    settings = _runtime(ctx).settings
-    tls_error = settings.tls_error(exc)
-    if tls_error is not None:
-        return CeleryCommandException(str(tls_error), EX_FAILURE)
-    url = mask_url(settings.url)
-    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-        return CeleryCommandException(f"Redis at {url} is unreachable{after}: {exc}", EX_UNAVAILABLE)
-    return CeleryCommandException(f"Redis at {url}{after}: {type(exc).__name__}: {exc}", EX_FAILURE)
-
-
-def _redis_errors(command: _F) -> _F:
-    """Turn a Redis failure into one ``Error:`` line and an exit code, never a traceback."""
-
-    @functools.wraps(command)
-    def wrapper(ctx: click.Context, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return command(ctx, *args, **kwargs)
-        except REDIS_ERRORS as exc:
-            raise _redis_failure(ctx, exc) from None
-
-    return cast(_F, wrapper)
 
 
 def _interactive() -> bool:
@@ -200,17 +160,17 @@ def redislock(ctx: click.Context, **kwargs: Any) -> None:
     group="List Options",
 )
 @click.pass_context
-@_redis_errors
+@redis_errors
 def list_(ctx: click.Context, task: str | None, as_json: bool) -> None:
     """Show the held locks: key, task, holder id and TTL left in seconds; then what the dedup
     modes keep (keep_latest's and debounce's latest call, a debounced burst's start) and each
     rate-limited partition (starts in the current window, reserved slots, next free slot)."""
     _check_task_name(task)
-    runtime = _runtime(ctx)
+    runtime = runtime_of(ctx)
     locks = sorted(held_locks(runtime, task), key=_by_key)
     pattern = lock_pattern(runtime.settings.key_prefix, task)
     modes = sorted((Lock(*row) for row in mode_keys(runtime, pattern, task)), key=_by_key)
-    cli = _cli(ctx)
+    cli = cli_of(ctx)
     if as_json:
         _echo_lines(cli, _json_lines(locks + modes))
         return
@@ -223,7 +183,7 @@ def list_(ctx: click.Context, task: str | None, as_json: bool) -> None:
 @click.argument("key")
 @_yes_flag("Release Options")
 @click.pass_context
-@_redis_errors
+@redis_errors
 def release(ctx: click.Context, key: str, yes: bool) -> None:
     """Free the lock KEY if its holder is unchanged.
 
@@ -234,7 +194,7 @@ def release(ctx: click.Context, key: str, yes: bool) -> None:
     unless --yes. When stdin is not a terminal it refuses (exit code 2)
     unless --yes is given.
     """
-    runtime = _runtime(ctx)
+    runtime = runtime_of(ctx)
     prefix = runtime.settings.key_prefix
     try:
         key_prefix, _, _ = parse_key(key)
@@ -259,7 +219,7 @@ def release(ctx: click.Context, key: str, yes: bool) -> None:
         now = engine.holder_of(key)
         state = "has expired" if now is None else f"is now held by {now}"
         raise CeleryCommandException(f"Lock {key} was not released: it {state}", EX_FAILURE)
-    _cli(ctx).echo(f"Released {key} (held by {holder})")
+    cli_of(ctx).echo(f"Released {key} (held by {holder})")
 
 
 def _release_slots(ctx: click.Context, runtime: Runtime, key: str, yes: bool) -> bool:
@@ -273,7 +233,7 @@ def _release_slots(ctx: click.Context, runtime: Runtime, key: str, yes: bool) ->
     if not yes and _interactive():
         click.confirm(f"Release {key} (held by {shown})?", abort=True)
     released = runtime.semaphores.release_holders(key, holders, notify=runtime.release_channel(key))
-    _cli(ctx).echo(f"Released {released} of {len(holders)} holder(s) of {key} ({shown})")
+    cli_of(ctx).echo(f"Released {released} of {len(holders)} holder(s) of {key} ({shown})")
     return True
 
 
@@ -282,7 +242,7 @@ def _release_slots(ctx: click.Context, runtime: Runtime, key: str, yes: bool) ->
 @_yes_flag("Purge Options")
 @_flag("-v", "--verbose", text="Print each removed key.", group="Purge Options")
 @click.pass_context
-@_redis_errors
+@redis_errors
 def purge(ctx: click.Context, task: str | None, yes: bool, verbose: bool) -> None:
     """Delete every lock of the app (or of one task).
 
@@ -293,8 +253,8 @@ def purge(ctx: click.Context, task: str | None, yes: bool, verbose: bool) -> Non
     """
     _check_task_name(task)
     _refuse_unconfirmed(yes, "purge locks")
-    runtime = _runtime(ctx)
-    cli = _cli(ctx)
+    runtime = runtime_of(ctx)
+    cli = cli_of(ctx)
     if not yes:
         found = sum(len(batch) for batch in scan_locks(runtime, task))
         if not found:
@@ -313,7 +273,7 @@ def purge(ctx: click.Context, task: str | None, yes: bool, verbose: bool) -> Non
     try:
         purge_locks(runtime, task, removed)
     except REDIS_ERRORS as exc:
-        raise _redis_failure(
+        raise redis_failure(
             ctx, exc, f" ({_plural(count)} purged before the error)" if count else ""
         ) from None
     cli.echo(f"Purged {_plural(count)}")
@@ -329,3 +289,6 @@ def _say_left(cli: CLIContext, runtime: Runtime, task: str | None) -> None:
             f"Left {left} mode key(s): each records calls still queued or a window not over, and "
             "ends with them; deleting one would run calls its mode holds back ('list' shows them)"
         )
+
+
+redislock.add_command(limit)

@@ -32,6 +32,8 @@ SETTING_DOCS = {
     "``broker_transport_options['visibility_timeout']`` on Redis and SQS (kombu's default when "
     "unset), 900 on RabbitMQ (half its default ``consumer_timeout``: set this when the server's "
     "is lower) and on other brokers.",
+    "redislock_limits": "Named rate limits, ``{name: rate}`` (``'10/s'``, ``['5/s', '20/m']``, "
+    "``'10/s burst 50'``), shared by the tasks that name them in ``rate_limits``.",
     "redislock_compat_legacy_keys": "The compat bases also honour and clear the old libraries' "
     "keys (a rolling switch from celery-once / celery-singleton).",
 }

@@ -37,6 +37,7 @@ REPORTED = (
     "debounce_lost",
     "rate_limited",
     "rate_copies_dropped",
+    "rate_paused",
 )
 
 

@@ -37,6 +37,7 @@ COMBINES: dict[str, Any] = {
     "fencing": True,
     "skip_result": "success",  # what a superseded call stores
     "rate_limit_key": ["doc"],  # no rate limit: a partition of nothing
+    "rate_cost": 2,  # no rate limit: a cost of nothing
 }
 
 #: Options refused with debounce: a value, and the reason the error gives.
@@ -49,6 +50,7 @@ REFUSED: list[tuple[str, Any, str]] = [
     ("on_duplicate", "skip", "cannot be used with on_duplicate='skip'"),
     ("on_duplicate", "raise", "cannot be used with on_duplicate='raise'"),
     ("global_rate_limit", "10/m", "cannot be used with global_rate_limit (a burst's superseded calls"),
+    ("rate_limits", ["partner"], "cannot be used with rate_limits (a burst's superseded calls"),
 ]
 
 

@@ -88,6 +88,8 @@ def test_the_schema_is_the_locks_options_then_each_modes() -> None:
         "debounce_max": "debounce",
         "global_rate_limit": "rate_limit",
         "rate_limit_key": "rate_limit",
+        "rate_limits": "rate_limit",
+        "rate_cost": "rate_limit",
     }
     assert set(owners) == OPTION_NAMES
     assert all(spec.doc and spec.kind for spec in option_specs())
@@ -396,6 +398,8 @@ DIFFERENT = {
     "skip_result": ("success", "ignore", "success"),
     "global_rate_limit": ("1/s", "2/m", "3/h"),
     "rate_limit_key": (["a"], ["b"], []),
+    "rate_limits": ([("a", None)], [("b", ("x",))], [("c", None)]),
+    "rate_cost": (1, 2, 3),
 }
 
 #: Options an option of DIFFERENT needs from the least specific layer (app) to be valid at all.
@@ -488,6 +492,7 @@ def test_setting_defaults() -> None:
         "redislock_transport_options": None,
         "redislock_use_ssl": None,
         "redislock_max_postpone": None,
+        "redislock_limits": None,
     }
 
 

@@ -1,0 +1,60 @@
+"""What every ``celery redislock`` command shares: the app's runtime from the click context, and
+a Redis failure as one ``Error:`` line and an exit code, never a traceback."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, TypeVar, cast
+
+import click
+import redis
+from celery.bin.base import CLIContext
+from celery.exceptions import CeleryCommandException
+from celery.platforms import EX_FAILURE, EX_UNAVAILABLE
+
+from ..config.urls import mask_url
+from ..engine.leases import REDIS_ERRORS
+from ..errors import RedisLockError
+from ..integration.runtime import Runtime, runtime_for
+
+__all__ = ["cli_of", "redis_errors", "redis_failure", "runtime_of"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def cli_of(ctx: click.Context) -> CLIContext:
+    return cast(CLIContext, ctx.obj)
+
+
+def runtime_of(ctx: click.Context) -> Runtime:
+    try:
+        return runtime_for(cli_of(ctx).app)
+    except RedisLockError as exc:
+        raise CeleryCommandException(f"{exc}", EX_FAILURE) from None
+    except ValueError as exc:  # redis-py parsing the URL (a port that is not a number, ...)
+        raise CeleryCommandException(f"redislock_url cannot be used: {exc}", EX_FAILURE) from None
+
+
+def redis_failure(ctx: click.Context, exc: Exception, after: str = "") -> CeleryCommandException:
+    """One ``Error:`` line naming the (masked) URL; unreachable exits like Celery's own commands."""
+    settings = runtime_of(ctx).settings
+    tls_error = settings.tls_error(exc)
+    if tls_error is not None:
+        return CeleryCommandException(str(tls_error), EX_FAILURE)
+    url = mask_url(settings.url)
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return CeleryCommandException(f"Redis at {url} is unreachable{after}: {exc}", EX_UNAVAILABLE)
+    return CeleryCommandException(f"Redis at {url}{after}: {type(exc).__name__}: {exc}", EX_FAILURE)
+
+
+def redis_errors(command: _F) -> _F:
+    """Turn a Redis failure into one ``Error:`` line and an exit code, never a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(ctx: click.Context, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(ctx, *args, **kwargs)
+        except REDIS_ERRORS as exc:
+            raise redis_failure(ctx, exc) from None
+
+    return cast(_F, wrapper)

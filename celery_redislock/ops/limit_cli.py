@@ -1,0 +1,153 @@
+"""``celery redislock limit show|set|reset|pause``: the named rate limits of the app, changed at
+run time for every worker (``ops.limits``)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, Callable, TypeVar, cast
+
+import click
+from celery.bin.base import CeleryCommand, CeleryOption
+from celery.exceptions import CeleryCommandException
+from celery.platforms import EX_FAILURE
+
+from ..errors import RedisLockError
+from .cli_common import cli_of, redis_errors, runtime_of
+from .limits import LimitInfo, pause_limit, reset_limit, set_limit, show_limits
+
+__all__ = ["limit"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _refused(command: _F) -> _F:
+    """A name not declared, a rate not read: one ``Error:`` line naming it."""
+
+    @functools.wraps(command)
+    def wrapper(ctx: click.Context, *args: Any, **kwargs: Any) -> Any:
+        runtime_of(ctx)  # a bad configuration says so first
+        try:
+            return command(ctx, *args, **kwargs)
+        except RedisLockError as exc:
+            raise CeleryCommandException(str(exc), EX_FAILURE) from None
+
+    return cast(_F, wrapper)
+
+
+def _rates(rates: Any) -> str:
+    return ", ".join(map(str, rates))
+
+
+def _lines(info: LimitInfo) -> list[str]:
+    source = (
+        f"runtime override (declared {_rates(info.declared)} in {info.source})"
+        if info.overridden
+        else info.source
+    )
+    lines = [f"{info.name}  {_rates(info.rates)}  [{source}]"]
+    for partition in info.partitions:
+        state = partition.state
+        free = "now" if not state.next_free else f"in {state.next_free:.3f}s"
+        paused = f", paused for {state.paused:.3f}s" if state.paused else ""
+        lines.append(
+            f"  {partition.key}: {state.started} started in the window, {state.reserved} reserved, "
+            f"next free slot {free}{paused}"
+        )
+    return lines
+
+
+def _json(info: LimitInfo) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "rates": [str(rate) for rate in info.rates],
+        "declared": [str(rate) for rate in info.declared],
+        "source": info.source,
+        "overridden": info.overridden,
+        "partitions": [
+            {
+                "key": partition.key,
+                "started": partition.state.started,
+                "reserved": partition.state.reserved,
+                "next_free": partition.state.next_free,
+                "paused": partition.state.paused,
+            }
+            for partition in info.partitions
+        ],
+    }
+
+
+@click.group(name="limit")
+def limit() -> None:
+    """Show and change the named rate limits (redislock_limits, declare_limit).
+
+    A change is obeyed by every worker at its next decision, without a restart,
+    and lasts until `limit reset`.
+    """
+
+
+@limit.command(name="show", cls=CeleryCommand)
+@click.option(
+    "--json", "as_json", cls=CeleryOption, is_flag=True, help="Print a JSON array.", help_group="Show Options"
+)
+@click.pass_context
+@redis_errors
+@_refused
+def show(ctx: click.Context, as_json: bool) -> None:
+    """List the named limits: the rates in force and where they come from (the
+    setting, the code, or a runtime override), and each partition's state."""
+    infos = show_limits(cli_of(ctx).app)
+    cli = cli_of(ctx)
+    if as_json:
+        cli.echo(json.dumps([_json(info) for info in infos], indent=2))
+        return
+    if not infos:
+        cli.echo("No named limits (declare them in redislock_limits or with declare_limit)")
+        return
+    cli.echo("\n".join(line for info in infos for line in _lines(info)))
+
+
+@limit.command(name="set", cls=CeleryCommand)
+@click.argument("name")
+@click.argument("rate", nargs=-1, required=True)
+@click.pass_context
+@redis_errors
+@_refused
+def set_(ctx: click.Context, name: str, rate: tuple[str, ...]) -> None:
+    """Set the limit NAME to RATE ('20/m', '10/s burst 50', '5/s, 20/m')
+    for every worker, from its next decision until `limit reset NAME`."""
+    rates = set_limit(cli_of(ctx).app, name, " ".join(rate))
+    cli_of(ctx).echo(f"Limit {name} is {_rates(rates)} (runtime override) until reset")
+
+
+@limit.command(name="reset", cls=CeleryCommand)
+@click.argument("name")
+@click.pass_context
+@redis_errors
+@_refused
+def reset(ctx: click.Context, name: str) -> None:
+    """Give the limit NAME its declared rates back."""
+    had = reset_limit(cli_of(ctx).app, name)
+    cli_of(ctx).echo(
+        f"Limit {name} is back to its declared rates" if had else f"Limit {name} had no runtime override"
+    )
+
+
+@limit.command(name="pause", cls=CeleryCommand)
+@click.argument("name")
+@click.argument("seconds", type=float)
+@click.option(
+    "--partition",
+    cls=CeleryOption,
+    default="",
+    metavar="KEY",
+    help="Only this partition (a key `show` lists).",
+)
+@click.pass_context
+@redis_errors
+@_refused
+def pause(ctx: click.Context, name: str, seconds: float, partition: str) -> None:
+    """Admit no call under the limit NAME for SECONDS, on every worker (calls
+    asking are re-queued for after the pause; nothing is dropped)."""
+    pause_limit(cli_of(ctx).app, name, seconds, partition)
+    cli_of(ctx).echo(f"Paused limit {name} for {seconds:g}s")

@@ -1,0 +1,244 @@
+"""Named limits (``rate_limits``), a cost per call, a limit changed at run time and a pause raised
+by a body, on real prefork workers and a real redis-server. Every limit is checked by what it
+promises, on the server's clock: the starts the limiter's log records (``GrantRecorder``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from celery import Celery
+
+from celery_redislock import reset_limit, set_limit, show_limits
+from celery_redislock.contrib.testing import poll
+from celery_redislock.integration.runtime import runtime_for
+from celery_redislock.modes.rate_calls import named_log
+from celery_redislock.ops.limit_cli import limit as limit_command
+from tests.harness import GrantRecorder, most_in_a_window
+
+from .conftest import WorkerProcess, stats_of
+from .mode_harness import ModeTask, node
+
+BODY = """
+coord.rpush("ran:" + tag, f"{n} {self.request.id}")
+return n
+"""
+
+
+def named_task(name: str, limits: Any, **options: Any) -> ModeTask:
+    return ModeTask(name, "tag, n", BODY, {"rate_limits": limits, "acks_late": True, **options})
+
+
+def settings(limits: dict[str, Any]) -> str:
+    """The worker module's lines declaring ``limits``."""
+    return f"\napp.conf.redislock_limits = {limits!r}\n"
+
+
+class Written:
+    """A callable option as a worker module writes it (its repr is its source)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.function = eval(source)
+
+    def __call__(self, *args: Any) -> Any:
+        return self.function(*args)
+
+    def __repr__(self) -> str:
+        return self.source
+
+
+def log_of(app: Celery, name: str) -> str:
+    return named_log(runtime_for(app).settings.key_prefix, name)
+
+
+def ran(coord: redis.Redis, tag: str) -> list[int]:
+    return sorted(int(entry.split()[0]) for entry in coord.lrange(f"ran:{tag}", 0, -1))
+
+
+def test_two_tasks_sharing_a_limit_never_pass_it_together(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    # Seen red with a partition per task (the task name in its log): the shared log got none of the 40.
+    first, second = named_task("named.first", ["partner"]), named_task("named.second", ["partner"])
+    first.start(
+        worker_process,
+        urls,
+        "-c",
+        "2",
+        "-n",
+        node("named"),
+        module=second.source() + settings({"partner": "10/s"}),
+    )
+    app = make_app(redislock_limits={"partner": "10/s"})
+    record = GrantRecorder(locks, log_of(app, "partner"))
+    senders = [first.sender(app), second.sender(app)]
+    results = [senders[n % 2].delay("share", n) for n in range(40)]
+    assert sorted(result.get(timeout=60) for result in results) == list(range(40))
+    grants = record.stop()
+    assert len(grants) == 40
+    assert most_in_a_window(grants, 1.0) <= 10
+    assert ran(coord, "share") == list(range(40))
+
+
+def test_a_call_costing_3_of_30_a_second_starts_at_most_10_a_second(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    # Seen red with the cost not given to the decision (each call one unit): 30 in one second.
+    task = named_task("named.weighted", ["tokens"], rate_cost=3)
+    task.start(worker_process, urls, "-c", "2", "-n", node("cost"), module=settings({"tokens": "30/s"}))
+    app = make_app()
+    record = GrantRecorder(locks, log_of(app, "tokens"))
+    send = task.sender(app)
+    results = [send.delay("cost", n) for n in range(30)]
+    assert sorted(result.get(timeout=60) for result in results) == list(range(30))
+    grants = record.stop()  # one entry a call: its first unit's (the others are g1:, g2:)
+    assert len(grants) == 30
+    assert most_in_a_window(grants, 1.0) <= 10
+
+
+def test_a_call_costing_more_than_its_limit_fails_naming_it(
+    urls: dict[str, str],
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    task = named_task("named.costly", ["small"], rate_cost=Written("lambda task, args, kwargs: args[1]"))
+    proc = task.start(
+        worker_process, urls, "-c", "1", "-n", node("costly"), module=settings({"small": "5/s"})
+    )
+    app = make_app()
+    send = task.sender(app)
+    fits, too_big = send.delay("costly", 5), send.delay("costly", 6)
+    assert fits.get(timeout=30) == 5
+    error = too_big.get(timeout=30, propagate=False)
+    assert "option 'cost' is 6, more than limit 'small' (5/s) admits at once" in str(error)
+    assert poll(lambda: "more than limit 'small'" in proc.log(), 15)  # logged as the task's failure
+
+
+def test_a_limit_lowered_at_run_time_is_obeyed_by_two_workers(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    # Seen red with the runtime rates not read by the decision: 18 in a second after the change.
+    task = named_task("named.lowered", ["api"])
+    for _ in range(2):
+        task.start(worker_process, urls, "-c", "1", "-n", node("lowered"), module=settings({"api": "20/s"}))
+    app = make_app(redislock_limits={"api": "20/s"})
+    record = GrantRecorder(locks, log_of(app, "api"))
+    send = task.sender(app)
+    results = [send.delay("lowered", n) for n in range(40)]
+    assert poll(lambda: len(ran(coord, "lowered")) >= 10, 30)
+    assert set_limit(app, "api", "5/s")[0].limit == 5
+    seconds, micros = locks.time()
+    changed = seconds + micros / 1e6
+    assert sorted(result.get(timeout=90) for result in results) == list(range(40))
+    grants = record.stop()
+    after = [at for at in grants if at >= changed + 1.0]
+    assert after, "the drain ended within a second of the change"
+    assert most_in_a_window(after, 1.0) <= 5
+    (info,) = [each for each in show_limits(app) if each.name == "api"]
+    assert info.overridden and str(info.rates[0]) == "5/s" and info.source == "redislock_limits"
+    assert reset_limit(app, "api") is True
+    assert not next(each for each in show_limits(app) if each.name == "api").overridden
+
+
+def test_the_limit_commands_show_set_and_reset(make_app: Callable[..., Celery], locks: redis.Redis) -> None:
+    from celery.bin.base import CLIContext
+    from click.testing import CliRunner
+
+    app = make_app(redislock_limits={"partner": "10/s", "llm": ["5/s", "20/m"]})
+    runner = CliRunner()
+
+    def run(*args: str) -> Any:
+        return runner.invoke(
+            limit_command, list(args), obj=CLIContext(app=app, no_color=True, workdir=".", quiet=False)
+        )
+
+    assert run("set", "partner", "20/m").output == "Limit partner is 20/m (runtime override) until reset\n"
+    shown = run("show").output
+    assert "partner  20/m  [runtime override (declared 10/s in redislock_limits)]" in shown
+    assert "llm  5/s, 20/m  [redislock_limits]" in shown
+    refused = run("set", "partnr", "5/s")
+    assert refused.exit_code != 0 and "did you mean 'partner'?" in refused.output
+    assert run("reset", "partner").output == "Limit partner is back to its declared rates\n"
+    assert run("pause", "llm", "30").output == "Paused limit llm for 30s\n"
+    assert "paused for 29." in run("show").output or "paused for 30.000s" in run("show").output
+
+
+def test_a_429_pause_stops_every_worker_for_its_duration_and_loses_nothing(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    # Seen red with the pause not written (no pause seen in Redis) and with the paused call not
+    # re-queued (its caller got RateLimitPaused: one call lost).
+    body = """
+    if n == 5 and coord.incr("429") == 1:  # the partner's one 429, on the first run of call 5
+        raise RateLimitPaused(retry_after=2)
+    coord.rpush("ran:" + tag, f"{n} {self.request.id}")
+    return n
+    """
+    task = ModeTask("named.paused", "tag, n", body, {"rate_limits": ["partner"], "acks_late": True})
+    module = "from celery_redislock import RateLimitPaused\n" + settings({"partner": "50/s"})
+    names = [node("paused-a"), node("paused-b")]
+    for name in names:
+        task.start(worker_process, urls, "-c", "1", "-n", name, module=module)
+    app = make_app()
+    log = log_of(app, "partner")
+    record = GrantRecorder(locks, log)
+    send = task.sender(app)
+    results = [send.delay("paused", n) for n in range(30)]
+    ends: list[int] = []
+
+    def paused() -> bool:  # read often: the pause lasts 2 s
+        ends.append(int(locks.get(log + ":pause") or 0))
+        return ends[-1] > 0
+
+    assert poll(paused, 30, 0.01)
+    assert sorted(result.get(timeout=60) for result in results) == list(range(30))
+    grants = record.stop()
+    end = ends[-1] / 1000
+    assert [at for at in grants if end - 2.0 < at < end] == []
+    assert ran(coord, "paused") == list(range(30))  # call 5 ran once, after the pause
+    assert (
+        sum((stats_of(app, name) or {"counters": {}})["counters"].get("rate_paused", 0) for name in names)
+        == 1
+    )
+
+
+def test_a_burst_goes_through_then_the_steady_rate(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    # Seen red with the burst read as a window of 10 a second: 40 of the 50 postponed.
+    task = named_task("named.burst", ["api"])
+    proc = task.start(
+        worker_process, urls, "-c", "2", "-n", node("burst"), module=settings({"api": "10/s burst 30"})
+    )
+    app = make_app()
+    record = GrantRecorder(locks, log_of(app, "api"))
+    send = task.sender(app)
+    results = [send.delay("burst", n) for n in range(50)]
+    assert sorted(result.get(timeout=60) for result in results) == list(range(50))
+    grants = record.stop()
+    for window in (0.5, 1.0, 2.0):  # the bucket's envelope: B + N * w in any w seconds
+        assert most_in_a_window(grants, window) <= 30 + 10 * window
+    # The first 30 found the bucket full: at most the other 20 waited for their slot.
+    assert proc.log().count("Rate-limited named.burst[") <= 20
