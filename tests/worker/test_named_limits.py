@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import redis
 from celery import Celery
 
@@ -55,6 +56,32 @@ def log_of(app: Celery, name: str) -> str:
 
 def ran(coord: redis.Redis, tag: str) -> list[int]:
     return sorted(int(entry.split()[0]) for entry in coord.lrange(f"ran:{tag}", 0, -1))
+
+
+@pytest.mark.slow
+def test_five_a_second_and_twenty_a_minute_on_one_task_holds_both(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    # A minute long (the 21st call waits for the first to leave the minute window): first in the
+    # file, so that under xdist it starts early rather than ending the run.
+    # Seen red with only a limit's first rate given to the decision: 25 starts in five seconds.
+    task = named_task("named.both", ["reports"])
+    module = settings({"reports": ["5/s", "20/m"]})
+    task.start(worker_process, urls, "-c", "2", "-n", node("both"), module=module)
+    app = make_app()
+    record = GrantRecorder(locks, log_of(app, "reports"))
+    send = task.sender(app)
+    results = [send.delay("both", n) for n in range(25)]
+    assert sorted(result.get(timeout=150) for result in results) == list(range(25))
+    grants = record.stop()
+    assert len(grants) == 25
+    assert most_in_a_window(grants, 1.0) <= 5
+    assert most_in_a_window(grants, 60.0) <= 20  # so the 21st started after the first's minute
+    assert ran(coord, "both") == list(range(25))
 
 
 def test_two_tasks_sharing_a_limit_never_pass_it_together(
