@@ -12,6 +12,7 @@ import redis
 from celery import Celery
 
 from celery_redislock import reset_limit, set_limit, show_limits
+from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import poll
 from celery_redislock.integration.runtime import runtime_for
 from celery_redislock.modes.rate_calls import named_log
@@ -84,7 +85,20 @@ def test_five_a_second_and_twenty_a_minute_on_one_task_holds_both(
     assert ran(coord, "both") == list(range(25))
 
 
+@pytest.mark.parametrize(
+    ("pool", "store"),
+    [
+        ("prefork", "single"),
+        ("threads", "single"),
+        ("solo", "single"),
+        ("gevent", "single"),
+        ("threads", "cluster"),
+    ],
+)
 def test_two_tasks_sharing_a_limit_never_pass_it_together(
+    pool: str,
+    store: str,
+    request: pytest.FixtureRequest,
     urls: dict[str, str],
     coord: redis.Redis,
     locks: redis.Redis,
@@ -92,6 +106,10 @@ def test_two_tasks_sharing_a_limit_never_pass_it_together(
     worker_process: Callable[..., WorkerProcess],
 ) -> None:
     # Seen red with a partition per task (the task name in its log): the shared log got none of the 40.
+    client: Any = locks
+    if store == "cluster":  # every named limit under one hash tag: one node decides them
+        urls = {**urls, "locks": request.getfixturevalue("cluster").url}
+        client = make_client(urls["locks"])
     first, second = named_task("named.first", ["partner"]), named_task("named.second", ["partner"])
     first.start(
         worker_process,
@@ -99,11 +117,12 @@ def test_two_tasks_sharing_a_limit_never_pass_it_together(
         "-c",
         "2",
         "-n",
-        node("named"),
+        node(f"named-{pool}"),
+        pool=pool,
         module=second.source() + settings({"partner": "10/s"}),
     )
-    app = make_app(redislock_limits={"partner": "10/s"})
-    record = GrantRecorder(locks, log_of(app, "partner"))
+    app = make_app(redislock_url=urls["locks"], redislock_limits={"partner": "10/s"})
+    record = GrantRecorder(client, log_of(app, "partner"))
     senders = [first.sender(app), second.sender(app)]
     results = [senders[n % 2].delay("share", n) for n in range(40)]
     assert sorted(result.get(timeout=60) for result in results) == list(range(40))
@@ -111,6 +130,8 @@ def test_two_tasks_sharing_a_limit_never_pass_it_together(
     assert len(grants) == 40
     assert most_in_a_window(grants, 1.0) <= 10
     assert ran(coord, "share") == list(range(40))
+    if client is not locks:
+        client.close()
 
 
 def test_a_call_costing_3_of_30_a_second_starts_at_most_10_a_second(
