@@ -48,7 +48,7 @@ from ..integration.acquisition import Execution
 from ..integration.outcomes import finished, requeue
 from ..integration.runtime import Runtime, runtime_for
 from ..integration.sending import expiry_ttl_ms
-from ..signals import send_rate_limited
+from ..signals import send_rate_limited, send_rate_paused
 from .rate_calls import (
     HOP_HEADER,
     LIMITS_HEADER,
@@ -231,6 +231,13 @@ class RateLimitGate:
         scripts = runtime.scripts
         end = pause_limits(scripts, chosen, paused.retry_after)
         count("rate_paused")
+        send_rate_paused(
+            task,
+            task_id,
+            [limit.name for limit in chosen],
+            [limit.key for limit in chosen],
+            paused.retry_after,
+        )
         names = ", ".join(limit.label for limit in chosen)
         logger.warning(
             "Paused rate limit(s) %s for %.3fs: %s[%s] raised RateLimitPaused; re-queued for after the pause",
