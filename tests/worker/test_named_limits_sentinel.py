@@ -8,6 +8,7 @@ import gc
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from celery import Celery
 
 from celery_redislock import RateLimitPaused, SingletonTask
@@ -19,6 +20,7 @@ from celery_redislock.signals import task_rate_paused
 from tests.harness import GrantRecorder, most_in_a_window
 
 
+@pytest.mark.slow
 def test_two_named_limits_and_a_pause_through_sentinel(
     sentinels: SentinelSet, make_app: Callable[..., Celery], worker: Callable[..., Any]
 ) -> None:
