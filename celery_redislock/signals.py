@@ -1,5 +1,5 @@
 """The package's own Celery signals: a duplicate refused, a held lock lost or re-taken, a call
-postponed by its rate limit.
+postponed by its rate limit, a rate limit paused by a task body.
 
 Public as ``celery_redislock.signals.task_duplicate`` (and ``lock_lost``, ``lock_retaken``);
 defined here, apart from the worker lifecycle handlers, so the modules that send them
@@ -21,8 +21,10 @@ __all__ = [
     "send_duplicate",
     "send_lease_event",
     "send_rate_limited",
+    "send_rate_paused",
     "task_duplicate",
     "task_rate_limited",
+    "task_rate_paused",
 ]
 
 #: A call refused because its key is held: ``sender`` the task; ``task_id``, ``key``,
@@ -50,12 +52,22 @@ lock_retaken = Signal(
     providing_args=["key", "holder", "new_holder", "task_id"],
 )
 
-#: A call over its ``global_rate_limit`` was not run but re-queued for its slot: ``sender`` the
-#: task; ``task_id``, ``key`` (the partition's log), ``rate`` (``"10/s"``), ``wait`` (seconds
-#: until its slot, from when it was re-queued).
+#: A call over its ``global_rate_limit`` (or its named ``rate_limits``) was not run but re-queued for its slot: ``sender`` the
+#: task; ``task_id``, ``key`` (the log of its first limit), ``rate`` (``"10/s"``; with named
+#: limits ``"partner 10/s; llm 5/s, 20/m"``), ``wait`` (seconds until its slot, from when it was
+#: re-queued).
 task_rate_limited = Signal(
     name="redislock.task_rate_limited",
     providing_args=["task_id", "key", "rate", "wait"],
+)
+
+#: A task body raised ``RateLimitPaused``: its limits were paused on every worker and the call
+#: re-queued for after the pause. ``sender`` the task; ``task_id``, ``limits`` (the paused
+#: limits' names, ``""`` for a ``global_rate_limit``), ``keys`` (their partitions' logs),
+#: ``retry_after`` (seconds asked for).
+task_rate_paused = Signal(
+    name="redislock.task_rate_paused",
+    providing_args=["task_id", "limits", "keys", "retry_after"],
 )
 
 
@@ -84,3 +96,9 @@ def send_rate_limited(task: Any, task_id: str, key: str, rate: str, wait: float)
     """Send ``task_rate_limited`` for a call of ``task`` re-queued for its slot."""
     if _connected(task_rate_limited):
         task_rate_limited.send(sender=task, task_id=task_id, key=key, rate=rate, wait=wait)
+
+
+def send_rate_paused(task: Any, task_id: str, limits: list[str], keys: list[str], retry_after: float) -> None:
+    """Send ``task_rate_paused`` for a pause raised by a call of ``task``."""
+    if _connected(task_rate_paused):
+        task_rate_paused.send(sender=task, task_id=task_id, limits=limits, keys=keys, retry_after=retry_after)

@@ -113,7 +113,9 @@ class Gate(Protocol):
     task, options)``, asked as a plan is made (at worker start), raises ``OptionError`` for what
     the options cannot be checked for alone (a name the app must declare); ``on_paused(task,
     runtime, options, paused)``, asked when the body raised ``RateLimitPaused``, ends the call
-    (re-queued) or returns to let it fail."""
+    (re-queued) or returns to let it fail; ``other_keys(runtime, task)``, the ``(key, task
+    column, suffix)`` of keys it keeps apart from any lock key (of ``task`` if given), which
+    ``celery redislock list`` describes by ``describe_key`` as the others."""
 
     name: ClassVar[str]
     #: The options the gate owns (``config.schema``): registering the gate registers them.

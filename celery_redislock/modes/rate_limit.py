@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from celery.exceptions import Ignore
@@ -40,15 +40,15 @@ from ..config.schema import OptionSpec
 from ..engine.counting import count
 from ..engine.leases import REDIS_ERRORS
 from ..engine.rate_decisions import cancel_limits, decide_limits, pause_limits
-from ..engine.rate_limiter import RateDecision, confirm_hop, rate_state
-from ..engine.rates import optional_rate, rate_of
+from ..engine.rate_limiter import RateDecision, confirm_hop
+from ..engine.rates import optional_rate
 from ..engine.timing import to_ms
-from ..errors import ConfigurationError, RateLimitPaused
+from ..errors import RateLimitPaused
 from ..integration.acquisition import Execution
 from ..integration.outcomes import finished, requeue
-from ..integration.runtime import Runtime, runtime_for, task_options
+from ..integration.runtime import Runtime, runtime_for
 from ..integration.sending import expiry_ttl_ms
-from ..signals import send_rate_limited
+from ..signals import send_rate_limited, send_rate_paused
 from .rate_calls import (
     HOP_HEADER,
     LIMITS_HEADER,
@@ -62,6 +62,7 @@ from .rate_calls import (
     message_headers,
     rate_key,
 )
+from .rate_inventory import LIMIT_SUFFIX, describe_limit_key, describe_rate_key, named_keys
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
@@ -138,7 +139,7 @@ class RateLimitGate:
         "rate_paused": "pauses of rate limits raised by a task body (``RateLimitPaused``), its call re-queued",
     }
     #: A partition's log, beside its partition key (``describe_key`` reads its state).
-    key_suffixes: ClassVar[Mapping[str, str]] = {RATE_SUFFIX: "rate limit"}
+    key_suffixes: ClassVar[Mapping[str, str]] = {RATE_SUFFIX: "rate limit", LIMIT_SUFFIX: "named limit"}
 
     def __init__(self) -> None:
         self.limits = LimitResolver()
@@ -234,6 +235,13 @@ class RateLimitGate:
         scripts = runtime.scripts
         end = pause_limits(scripts, chosen, paused.retry_after)
         count("rate_paused")
+        send_rate_paused(
+            task,
+            task_id,
+            [limit.name for limit in chosen],
+            [limit.key for limit in chosen],
+            paused.retry_after,
+        )
         names = ", ".join(limit.label for limit in chosen)
         logger.warning(
             "Paused rate limit(s) %s for %.3fs: %s[%s] raised RateLimitPaused; re-queued for after the pause",
@@ -265,32 +273,15 @@ class RateLimitGate:
     def describe_key(
         self, runtime: Runtime, key: str, task_name: str, suffix: str, value: str | None
     ) -> str | None:
-        """A partition's log: its state by the rate of its task, as this process resolves the
-        task's options (its own and the app's; a queue's is not in the key)."""
-        rate = _rate_of_task(runtime, task_name)
-        if rate is None:
-            return "rate limit: no global_rate_limit known here for its task"
-        state = rate_state(runtime.scripts, key, rate_of(rate))
-        if state is None:
-            return None
-        free = "now" if not state.next_free else f"in {state.next_free:.3f}s"
-        paused = f", paused for {state.paused:.3f}s" if state.paused else ""
-        return (
-            f"rate limit {rate}: {state.started} started in the window, {state.reserved} reserved, "
-            f"next free slot {free}{paused}"
-        )
+        """A ``global_rate_limit`` partition's log, or a named limit's partition (``other_keys``)."""
+        if suffix == LIMIT_SUFFIX:
+            return describe_limit_key(runtime, key)
+        return describe_rate_key(runtime, key, task_name)
 
-
-def _rate_of_task(runtime: Runtime, name: str) -> str | None:
-    task = runtime.app.tasks.get(name)
-    try:
-        options = runtime.settings.options_for(
-            name, task_options(type(task)) if task is not None else {}, None
-        )
-    except ConfigurationError:
-        return None
-    rate: str | None = options.value("global_rate_limit")
-    return rate
+    def other_keys(self, runtime: Runtime, task: str | None) -> Iterator[tuple[str, str, str]]:
+        """The partitions of the app's named limits (of those ``task`` names): not beside a lock
+        key, under the app's one named-limit tag."""
+        return named_keys(runtime, task)
 
 
 def postpone(

@@ -1,7 +1,8 @@
 """What the modes and gates keep in Redis beside the locks, for ``celery redislock list``: the
 keys each registered one names by ``keys.slot_key`` beside a lock or partition key (its
-``key_suffixes``), each described by its owner (``describe_key``). A key that no mode or gate
-names (a lock, a semaphore's queue) is not listed here."""
+``key_suffixes``), each described by its owner (``describe_key``); and the keys an owner keeps
+apart from any lock key (``other_keys``: a named limit's partitions), described the same way. A
+key that no mode or gate names (a lock, a semaphore's queue) is not listed here."""
 
 from __future__ import annotations
 
@@ -42,5 +43,15 @@ def mode_keys(runtime: Runtime, pattern: str, task: str | None) -> Iterator[tupl
             continue
         for (key, key_task, suffix), info in zip(batch, runtime.engine.inspect([k for k, _, _ in batch])):
             text = owners[suffix].describe_key(runtime, key, key_task, suffix, info.holder)
+            if text is not None:
+                yield key, key_task, text, info.ttl_ms
+    # Keys an owner keeps apart from any lock key (a named limit shared by tasks): it finds them.
+    for finder_owner in known:
+        finder = getattr(finder_owner, "other_keys", None)
+        if finder is None:
+            continue
+        rows = list(finder(runtime, task))
+        for (key, key_task, suffix), info in zip(rows, runtime.engine.inspect([k for k, _, _ in rows])):
+            text = finder_owner.describe_key(runtime, key, key_task, suffix, info.holder)
             if text is not None:
                 yield key, key_task, text, info.ttl_ms

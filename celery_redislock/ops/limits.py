@@ -6,7 +6,6 @@ signals a worker."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,8 +13,6 @@ from celery import Celery
 
 from ..config.limits import NamedLimit, unknown_limit
 from ..engine.checks import check_argument
-from ..engine.keys import glob_escape, limit_keys
-from ..engine.leases import as_text
 from ..engine.rate_decisions import (
     Limit,
     RateState,
@@ -29,12 +26,9 @@ from ..engine.rates import Rate
 from ..errors import OptionError
 from ..integration.runtime import Runtime, runtime_for
 from ..modes.rate_calls import catalog_of, named_log, overrides_of
+from ..modes.rate_inventory import partition_keys
 
 __all__ = ["LimitInfo", "PartitionInfo", "pause_limit", "reset_limit", "set_limit", "show_limits"]
-
-_DIGEST = re.compile(r"[0-9a-f]{32}")
-#: The key beside a log that holds a pause's end (``keys.limit_keys``).
-_PAUSE = limit_keys("x")[4].rsplit(":", 1)[1]
 
 
 @dataclass(frozen=True)
@@ -93,7 +87,7 @@ def pause_limit(app: Celery, name: str, seconds: float, partition: str = "") -> 
     limit = _known(runtime, name, source)
     seconds = check_argument("seconds", "seconds", seconds, source)
     prefix = runtime.settings.key_prefix
-    keys = [partition] if partition else sorted({named_log(prefix, name), *_partition_keys(runtime, name)})
+    keys = [partition] if partition else sorted({named_log(prefix, name), *partition_keys(runtime, name)})
     ends = [pause_limits(runtime.scripts, (Limit(key, limit.rates, name),), seconds) for key in keys]
     return max(ends)
 
@@ -107,25 +101,9 @@ def show_limits(app: Celery) -> list[LimitInfo]:
     for name, limit in sorted(catalog_of(runtime).items()):
         rates = overrides.get(name) or limit.rates
         partitions = []
-        for key in _partition_keys(runtime, name):
+        for key in partition_keys(runtime, name):
             state = rate_state(runtime.scripts, key, rates[0])
             if state is not None:
                 partitions.append(PartitionInfo(key, state))
         shown.append(LimitInfo(name, rates, limit.rates, limit.source, name in overrides, tuple(partitions)))
     return shown
-
-
-def _partition_keys(runtime: Runtime, name: str) -> list[str]:
-    """The logs of ``name``'s partitions in Redis (a log, or a pause without a log yet)."""
-    one = named_log(runtime.settings.key_prefix, name)
-    found: set[str] = set()
-    for pattern in (glob_escape(one), glob_escape(one) + ":*"):
-        for batch in runtime.engine.scan_batches(pattern):
-            for raw in batch:
-                key = as_text(raw)
-                rest = key[len(one) :].split(":")
-                if key == one or (len(rest) == 2 and _DIGEST.fullmatch(rest[1])):
-                    found.add(key)
-                elif rest[-1] == _PAUSE and (len(rest) == 2 or _DIGEST.fullmatch(rest[1])):
-                    found.add(key[: -len(_PAUSE) - 1])
-    return sorted(found)
