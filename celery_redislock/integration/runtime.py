@@ -183,6 +183,9 @@ class Runtime:
 
 _runtimes: weakref.WeakKeyDictionary[Celery, Runtime] = weakref.WeakKeyDictionary()
 _runtimes_lock = threading.Lock()
+#: The runtime ``runtime_for`` gave last (its app's: see there); weak, so a dropped app's
+#: runtime and its client are freed with it.
+_latest: weakref.ref[Runtime] | None = None
 
 
 #: Per app: task name -> how its ``apply_async`` sends (``SingletonTask._send_route``), read
@@ -202,17 +205,24 @@ def send_routes(app: Celery) -> dict[str, str]:
 
 def runtime_for(app: Celery) -> Runtime:
     """The app's runtime, created (settings read and validated) on first use."""
-    runtime = _runtimes.get(app)
-    if runtime is None:
-        with _runtimes_lock:
-            runtime = _runtimes.get(app)
-            if runtime is None:
-                runtime = _runtimes[app] = Runtime(app)
+    global _latest
+    latest = _latest() if _latest is not None else None
+    # The last app's runtime first: a worker has one app, and the weak dictionary's lookup
+    # makes a weak reference of the app every call, every task.
+    if latest is not None and latest._app() is app:
+        return latest
+    with _runtimes_lock:  # noted under the lock: a reset meanwhile is never undone
+        runtime = _runtimes.get(app)
+        if runtime is None:
+            runtime = _runtimes[app] = Runtime(app)
+        _latest = weakref.ref(runtime)
     return runtime
 
 
 def reset_runtime(app: Celery) -> None:
     """Forget the app's runtime, so changed settings are read again (tests, reconfiguration)."""
+    global _latest
     with _runtimes_lock:
         _runtimes.pop(app, None)
         _send_routes.pop(app, None)
+        _latest = None

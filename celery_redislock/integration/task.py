@@ -83,7 +83,7 @@ class SingletonTask(_TaskBase):
         fields[KEY_HEADER] = key
         fields[INFO_FIELD] = None  # until it holds the lock: never while it runs unlocked
         try:
-            outcome = self._decide(runtime, plan, key)
+            outcome = self._decide(request, runtime, plan, key)
         except outcomes.SkippedAsSuccess as skipped:
             # skip_result="success": returned, so Celery stores it and a chord or chain goes on.
             return skipped.value
@@ -101,11 +101,12 @@ class SingletonTask(_TaskBase):
         finally:
             self._release_held(request=request)
 
-    def _decide(self, runtime: Runtime, plan: Plan, key: str) -> Holding | None:
+    def _decide(self, request: Any, runtime: Runtime, plan: Plan, key: str) -> Holding | None:
         """The lock this call runs under, or None: it runs unlocked (the mode says so, or Redis
         is unreachable and ``on_redis_error="run"``). Raises what ends the call otherwise (a
-        skip, a retry, a failure)."""
-        request, options, mode = self.request, plan.options, plan.mode
+        skip, a retry, a failure). ``request``: the running request (looking it up again walks
+        Celery's request stack)."""
+        options, mode = plan.options, plan.mode
         try:
             execution = Execution(
                 runtime, options, mode, key, self.name, str(request.id), request.hostname, request.retries
