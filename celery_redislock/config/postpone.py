@@ -9,6 +9,7 @@ from typing import Any
 from ..engine.checks import BadValue, optional_seconds, positive_seconds
 from ..errors import OptionError
 from .options import APP_CONFIGURATION
+from .urls import failover_urls, url_scheme
 
 __all__ = ["BROKER_HOLDS", "OTHER_BROKER_HOLD", "max_postpone"]
 
@@ -37,12 +38,10 @@ def _transport(conf: Mapping[str, Any]) -> str:
     given = conf.get("broker_transport")
     if given:
         return str(given).lower()
-    # Celery's Settings resolves CELERY_BROKER_URL and old names in a property.
-    url = getattr(conf, "broker_url", None) or conf.get("broker_url") or "amqp://"
-    if not isinstance(url, str):  # a list of fail-over URLs: one transport for them all
-        url = next(iter(url), "amqp://")
-    first = str(url).split(";", 1)[0].strip()
-    return first.split("://", 1)[0].lower() if "://" in first else "amqp"
+    # Celery's Settings resolves CELERY_BROKER_URL and old names in a property. A fail-over list
+    # has one transport for all; a value naming no URL is Celery's to refuse (its default here).
+    urls = failover_urls(getattr(conf, "broker_url", None) or conf.get("broker_url"))
+    return (url_scheme(urls[0]) if urls else "") or "amqp"
 
 
 def max_postpone(conf: Mapping[str, Any]) -> float:

@@ -13,6 +13,7 @@ __all__ = [
     "CLUSTER_PARAM",
     "REDIS_URL_SCHEMES",
     "Topology",
+    "failover_urls",
     "mask_url",
     "resolve_redis_url",
     "resolve_url_and_setting",
@@ -62,8 +63,9 @@ def url_scheme(url: str) -> str:
     return scheme.lower() if sep else ""
 
 
-def _urls(value: Any) -> list[str]:
-    """The failover list of a broker_url / result_backend setting (a list or 'a;b')."""
+def failover_urls(value: Any) -> list[str]:
+    """The failover list of a broker_url / result_backend setting (a list or 'a;b'); empty
+    when it names none (not a str or a list of str)."""
     if isinstance(value, str):
         return [u.strip() for u in value.split(";") if u.strip()]
     if isinstance(value, (list, tuple)) and all(isinstance(u, str) for u in value):
@@ -73,7 +75,7 @@ def _urls(value: Any) -> list[str]:
 
 def _usable(value: Any) -> str | None:
     """The Redis URL a setting names, or None when it names none."""
-    urls = _urls(value)
+    urls = failover_urls(value)
     if not urls or url_scheme(urls[0]) not in REDIS_URL_SCHEMES:
         return None
     first = urls[0]

@@ -25,6 +25,8 @@ from celery_redislock.config.settings import read_settings
         ({"broker_url": "pyamqp://h//", "broker_transport_options": {"visibility_timeout": 4}}, 900.0),
         ({"broker_url": None}, 900.0),  # Celery's default broker is amqp
         ({"broker_url": "memory://"}, 900.0),
+        ({"broker_url": 1.0}, 900.0),  # no URL: Celery's to refuse, not a TypeError here
+        ({"broker_url": ["redis://a/0", 2]}, 900.0),
         ({"broker_url": ["redis://a/0", "redis://b/0"]}, 1800.0),
         ({"broker_url": "memory://", "broker_transport": "redis"}, 1800.0),
         ({"broker_url": "redis://h/0", "redislock_max_postpone": 42}, 42.0),
