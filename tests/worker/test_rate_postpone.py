@@ -1,16 +1,20 @@
 """``global_rate_limit``'s postponed calls on real workers: a call never waits in the broker longer
 than it can hold it (hops, logged at DEBUG only, counted once), a second copy of a call never runs
-and never reserves (dropped, logged, counted), and a revoked call gives its slot back."""
+and never reserves (dropped, logged, counted), and a revoked or expired call gives its slot back."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timezone
 
 import redis
 from amqp.exceptions import ChannelError
 from celery import Celery
 
 from celery_redislock.contrib.testing import WorkerProcess, poll
+from celery_redislock.engine.rate_limiter import decide
+from celery_redislock.engine.rates import rate_of
+from celery_redislock.integration.runtime import runtime_for
 
 from .conftest import queued_count, restore_visible, stats_of, visibility_redelivery
 from .mode_harness import ModeTask, node
@@ -174,3 +178,63 @@ def test_a_revoked_postponed_call_gives_its_slot_back(
     later.revoke()
     assert poll(lambda: locks.zscore(key, f"r:{later.id}") is None, 15)
     assert sorted(n for _, n, _, _ in starts(coord, "acme")) == [0, 1]
+
+
+# The "block" account's call holds the worker until the test lets it go.
+HELD_BODY = """
+import time
+if account == "block":
+    coord.rpush("blocking", n)
+    while not coord.exists("unblock"):
+        time.sleep(0.02)
+coord.rpush("starts:" + account, f"{time.time()!r} {n} {self.request.retries} {self.request.id}")
+return n
+"""
+
+
+def server_ms(client: redis.Redis) -> float:
+    seconds, micros = client.time()
+    return seconds * 1000 + micros / 1000
+
+
+def test_a_postponed_call_that_expires_in_the_worker_gives_its_slot_back(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    task = ModeTask(
+        "rate.expiry", "account, n", HELD_BODY, {"global_rate_limit": "1/s", "rate_limit_key": ["account"]}
+    )
+    # Solo: one call at a time, and a due message's timer waits while a call runs.
+    proc = task.start(worker_process, urls, "-n", node("rate-expiry"), pool="solo")
+    app = make_app()
+    sender = task.sender(app)
+    key = partition_key(app, sender, "acme", 1)
+    scripts = runtime_for(app).scripts
+    # The second's start and the next three slots are taken here (by callers that never come
+    # back): the call is placed about four seconds ahead, whatever the worker's pace.
+    assert decide(scripts, key, rate_of("1/s"), "filler", reserve=True).allowed
+    for n in range(3):
+        assert not decide(scripts, key, rate_of("1/s"), f"slot{n}", reserve=True).allowed
+    slot = float(locks.zscore(key, "r:slot2") or 0) + 1000
+    # After its slot (so it is postponed, not ended at once), and early in the period after it,
+    # while its reservation still counts in the window: what the give-back frees.
+    expires_ms = slot + 150
+    expires = datetime.fromtimestamp(expires_ms / 1000, tz=timezone.utc)
+    call = sender.apply_async(("acme", 1), expires=expires)
+    assert poll(lambda: locks.zscore(key, f"r:{call.id}") is not None, 15), proc.log()[-3000:]
+    # The worker is held from before the call's message comes due until after it expires.
+    blocker = sender.delay("block", 0)
+    assert poll(lambda: coord.llen("blocking") == 1, 15), proc.log()[-3000:]
+    assert server_ms(locks) < slot - 100, "held too late: the call's message came due first"
+    assert poll(lambda: server_ms(locks) > expires_ms, 15)
+    coord.set("unblock", 1)
+    assert blocker.get(timeout=15) == 0
+    assert poll(lambda: locks.zscore(key, f"r:{call.id}") is None, 15), proc.log()[-3000:]
+    assert poll(lambda: call.state == "REVOKED", 10), call.state
+    assert poll(
+        lambda: f"Gave back the slot of expired rate-limited rate.expiry[{call.id}]" in proc.log(), 10
+    ), proc.log()[-2000:]
+    assert coord.llen("starts:acme") == 0
