@@ -26,7 +26,7 @@ from .scripts import (
     renew_report,
     ttl_arg,
 )
-from .timing import time_of, to_ms
+from .timing import NO_KEY, time_of, to_ms
 
 __all__ = ["FENCE_KEEP_MS", "SCAN_BATCH", "ClusterLockEngine", "LockEngine", "make_engine"]
 
@@ -198,8 +198,8 @@ class LockEngine(BatchRenewal):
         found = []
         for key, value, pttl in zip(keys, replies[::2], replies[1::2]):
             # A value that is not a string (WRONGTYPE) or a key gone since (None, PTTL -2): no lock.
-            holder = as_text(value) if isinstance(value, (bytes, str)) and pttl != -2 else None
-            found.append(LockInfo(as_text(key), holder, pttl if isinstance(pttl, int) else -2))
+            holder = as_text(value) if isinstance(value, (bytes, str)) and pttl != NO_KEY else None
+            found.append(LockInfo(as_text(key), holder, pttl if isinstance(pttl, int) else NO_KEY))
         return found
 
     def delete_many(
