@@ -68,3 +68,22 @@ def test_fair_show_lists_each_tenants_backlog_lanes_and_share(
     task.start(worker_process, urls, "-c", "1", "-n", node("fair-cli"))
     assert poll(lambda: coord.llen("starts") == 7, 60)
     assert poll(lambda: "0 queued in 0 of 4 lanes" in celery("redislock", "fair", "show").stdout, 20)
+
+
+def test_fair_reset_forgets_the_counts_a_purged_queue_left(
+    tmp_path: Path, urls: dict[str, str], make_app: Callable[..., Celery]
+) -> None:
+    (tmp_path / "fairapp.py").write_text(textwrap.dedent(APP.format(**urls)))
+    celery = Run("fairapp", tmp_path)
+    sender = TASK.with_options(fair_lanes=4).sender(make_app())
+    sender.delay("acme", 0)
+    sender.delay("acme", 1)
+    for lane in range(4):  # what `celery purge` does: the messages go, never run
+        assert celery("purge", "-f", "-Q", f"celery.fair.{lane}").returncode == 0
+    assert "celery  2 queued in 1 of 4 lanes" in celery("redislock", "fair", "show").stdout
+    result = celery("redislock", "fair", "reset", "celery")
+    assert result.returncode == 0 and result.stdout.strip() == "Reset the backlog counts of celery", (
+        result.stderr
+    )
+    assert "celery  0 queued in 0 of 4 lanes" in celery("redislock", "fair", "show").stdout
+    assert celery("redislock", "fair", "reset", "celery").stdout.strip() == "celery had no backlog counts"
