@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 from celery.exceptions import Ignore
 from celery.signals import task_postrun, task_revoked
 
-from ..config.arguments import KeyBuilder
+from ..config.arguments import KeyBuilder, digest
 from ..config.fair import Weights, check_lanes, check_weights, weight_of
 from ..config.mode_rules import Clash
 from ..config.options import LockOptions, check_lock_key, source_task
@@ -148,7 +148,7 @@ class FairShareGate:
     def describe_key(
         self, runtime: Runtime, key: str, task_name: str, suffix: str, value: str | None
     ) -> str | None:
-        return "fair share cap (a tenant's running calls)"
+        return "fair_cap: the running calls of one tenant"
 
     def consumes(self, task: Any, options: LockOptions, queue: str) -> list[str]:
         """The lanes of ``queue`` a worker consuming it consumes too, for ``task``'s calls."""
@@ -268,9 +268,10 @@ class FairShareGate:
         return self.cap_key(runtime, task, options, tenant)
 
     def cap_key(self, runtime: Runtime, task: Any, options: LockOptions, tenant: str) -> str:
-        """The semaphore of ``tenant``'s cap, named as a lock key of the task whose digest is
-        the tenant's name (``celery redislock list`` shows it)."""
-        return slot_key(format_key(runtime.settings.key_prefix, task.name, tenant), CAP_SUFFIX)
+        """The semaphore of ``tenant``'s cap: beside the lock key the task would have for the
+        tenant's name (a digest: any name fits a key and its slot); ``celery redislock list``
+        shows it."""
+        return slot_key(format_key(runtime.settings.key_prefix, task.name, digest(tenant)), CAP_SUFFIX)
 
 
 def destination(task: Any, options: Mapping[str, Any], args: Any, kwargs: Any) -> str:

@@ -13,6 +13,7 @@ from celery import Celery
 
 from celery_redislock.contrib.testing import WorkerProcess, poll
 
+from .conftest import open_gate, wait_started
 from .mode_harness import ModeTask, node
 from .test_cli import Run
 
@@ -87,3 +88,26 @@ def test_fair_reset_forgets_the_counts_a_purged_queue_left(
     )
     assert "celery  0 queued in 0 of 4 lanes" in celery("redislock", "fair", "show").stdout
     assert celery("redislock", "fair", "reset", "celery").stdout.strip() == "celery had no backlog counts"
+
+
+def test_list_shows_a_tenants_cap_while_its_calls_run(
+    tmp_path: Path,
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    (tmp_path / "fairapp.py").write_text(textwrap.dedent(APP.format(**urls)))
+    celery = Run("fairapp", tmp_path)
+    held = ModeTask(
+        "fair.cli", "tenant, n", "return hold(self, tenant)", {"fair_key": ["tenant"], "fair_cap": 2}
+    )
+    held.start(worker_process, urls, "-c", "2", "-n", node("fair-list"))
+    sender = held.sender(make_app())
+    calls = [sender.delay("acme", n) for n in range(2)]
+    wait_started(coord, "acme", 2)
+    listed = celery("redislock", "list").stdout
+    [row] = [line for line in listed.splitlines() if "fair_cap" in line]
+    assert "fair.cli" in row and "fair_cap: the running calls of one tenant" in row, listed
+    open_gate(coord, "acme", 2)
+    assert [call.get(timeout=30) for call in calls] == ["done acme"] * 2
