@@ -87,7 +87,7 @@ def send_flood_then_few(sender: Any) -> list[Sent]:
     return [Sent(sender.delay(*call), call) for call in calls]
 
 
-@pytest.mark.parametrize("pool", ["prefork", "solo"])
+@pytest.mark.parametrize("pool", ["prefork", "solo", "threads"])
 def test_b_starts_before_a_flood_queued_first_drains(
     pool: str,
     urls: dict[str, str],
@@ -150,6 +150,7 @@ def test_the_cap_holds_across_two_workers(
 
 
 def test_a_weighted_tenant_gets_more_of_the_starts(
+    request: pytest.FixtureRequest,
     urls: dict[str, str],
     coord: redis.Redis,
     make_app: Callable[..., Celery],
@@ -163,7 +164,13 @@ def test_a_weighted_tenant_gets_more_of_the_starts(
     order = drain(coord, sent, len(calls))
     first = order[:60]
     # Four busy lanes, three of them heavy's: about three of every four starts while both last.
-    assert first.count("light") >= 10 and first.count("heavy") >= 2 * first.count("light"), first
+    heavy, light = first.count("heavy"), first.count("light")
+    assert light >= 10, first
+    if request.config.getoption("broker") == "rabbitmq":
+        # RabbitMQ's turns between a channel's consumers are by credit, not exact: more, not 3x.
+        assert heavy >= light + 10, first
+    else:
+        assert heavy >= 2 * light, first
 
 
 def test_redis_unreachable_at_send_sends_to_the_hashed_lane(
@@ -194,6 +201,9 @@ def test_redis_unreachable_at_send_sends_to_the_hashed_lane(
     assert drain(coord, sent, 3) == ["acme"] * 3
 
 
+@pytest.mark.redis_broker(
+    "RabbitMQ drops an expired message in the broker: no worker sees it to count it out"
+)
 def test_an_expired_call_is_counted_out_of_its_backlog(
     urls: dict[str, str],
     coord: redis.Redis,
@@ -213,3 +223,15 @@ def test_an_expired_call_is_counted_out_of_its_backlog(
     assert all(result.get(timeout=15, propagate=False) is not None for result in expired)  # revoked
     assert poll(lambda: lanes.state().queued == 0, 15), lanes.state()
     assert lanes.state().tenants == {}
+
+
+def test_a_call_refused_at_send_is_counted_in_no_backlog(
+    urls: dict[str, str], make_app: Callable[..., Celery]
+) -> None:
+    task = fair(lock_on="enqueue", lock_key=["tenant"])
+    sender = task.sender(make_app())
+    first = sender.delay("acme", 0)
+    again = sender.delay("acme", 1)  # its key is queued already: answered with the first's result
+    assert again.id == first.id
+    lanes = FairLanes(ScriptRunner(redis.Redis.from_url(urls["locks"])), "redislock", "celery")
+    assert lanes.state().queued == 1 and lanes.state().backlog("acme") == 1
