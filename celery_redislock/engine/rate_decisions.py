@@ -170,13 +170,14 @@ def decide_limits(
     reserve: bool,
     max_wait: float | None = None,
     attempt: int = 0,
+    pauses: int = 0,
     token: str = "",
     next_token: str = "",
     cost: Cost = 1,
     source: str = "rate limit",
 ) -> RateDecision:
-    """Whether ``caller`` (its ``attempt``-th try, costing ``cost`` units) starts now under every
-    one of ``limits`` (one script call).
+    """Whether ``caller`` (its ``attempt``-th try after ``pauses`` pauses, costing ``cost``
+    units) starts now under every one of ``limits`` (one script call).
 
     ``reserve``: a caller that must wait keeps the next free slot in every limit (if it is at most
     ``max_wait`` seconds away), and is granted it when it asks again then with the same id.
@@ -187,7 +188,7 @@ def decide_limits(
     costs = check_cost(limits, cost, source)
     most = "0" if max_wait is None else str(to_ms(max_wait))
     args = [
-        grant_member(caller, attempt),
+        grant_member(caller, attempt, pauses),
         reservation_member(caller),
         "1" if reserve else "0",
         most,

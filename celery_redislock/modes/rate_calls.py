@@ -32,13 +32,13 @@ __all__ = [
     "PAUSES_HEADER",
     "CallLimits",
     "LimitResolver",
-    "attempt_of",
     "catalog_of",
     "limits_of_message",
     "message_headers",
     "named_base",
     "named_log",
     "overrides_of",
+    "pauses_of",
     "rate_key",
 ]
 
@@ -83,8 +83,6 @@ LIMITS_HEADER = "redislock_rate_limits"
 #: The message header counting the pauses a call was re-queued by: each is a new attempt (its
 #: start counted again, not taken for a copy of the start before the pause).
 PAUSES_HEADER = "redislock_rate_pauses"
-#: Attempts of one call after a pause are numbered apart from its retries.
-PAUSE_STEP = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -234,10 +232,10 @@ def _evaluate(cost: Any, task: Any, args: Any, kwargs: Mapping[str, Any], source
         ) from None
 
 
-def attempt_of(retries: int, request: Any) -> int:
-    """The attempt a decision of the running call is: its retries, apart per pause."""
-    # A call re-queued by a pause is a new attempt: its grant is not its start before the pause.
-    return retries + PAUSE_STEP * int(vars(request).get(PAUSES_HEADER) or 0)
+def pauses_of(request: Any) -> int:
+    """How many pauses re-queued the running call (its grant is keyed by them and its retries:
+    a call re-queued by a pause starts anew, its start before the pause is not its copy's)."""
+    return int(vars(request).get(PAUSES_HEADER) or 0)
 
 
 def message_headers(calls: CallLimits, hop: str, request: Any) -> dict[str, Any]:

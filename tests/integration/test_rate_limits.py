@@ -214,3 +214,16 @@ def test_on_a_cluster_limits_of_one_hash_tag_are_decided_together(cluster_client
     assert len({cluster_client.get_node_from_key(limiter.key).name for limiter in spread}) == 3
     with pytest.raises(OptionError, match=r"'p1', 'p0' are in different Redis Cluster slots"):
         RedisRateLimiter(cluster_client, "p1", "1/s", also=[spread[0]])
+
+
+def test_a_call_re_queued_by_a_pause_is_a_new_attempt_and_its_copy_is_told(
+    redislock_redis: redis.Redis,
+) -> None:
+    # What the task gate asks after a pause: the same task id and retries, one pause more.
+    scripts = ScriptRunner(redislock_redis)
+    limits = (Limit("redislock:rate:paused", (Rate(10, 1),)),)
+    assert decide_limits(scripts, limits, "t", reserve=True, attempt=1).status == "granted"
+    assert decide_limits(scripts, limits, "t", reserve=True, attempt=1).status == "started"
+    assert decide_limits(scripts, limits, "t", reserve=True, attempt=1, pauses=1).status == "granted"
+    assert decide_limits(scripts, limits, "t", reserve=True, attempt=1, pauses=1).status == "started"
+    assert sorted(grants(redislock_redis, limits[0].key)) == [b"g:t:1", b"g:t:1.p1"]
