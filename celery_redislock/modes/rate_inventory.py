@@ -17,7 +17,14 @@ from ..errors import ConfigurationError
 from ..integration.runtime import Runtime, task_options
 from .rate_calls import catalog_of, named_base, named_log, overrides_of
 
-__all__ = ["LIMIT_SUFFIX", "describe_limit_key", "describe_rate_key", "named_keys", "partition_keys"]
+__all__ = [
+    "LIMIT_SUFFIX",
+    "describe_limit_key",
+    "describe_rate_key",
+    "named_keys",
+    "partition_keys",
+    "state_text",
+]
 
 #: What a named limit's partition is listed under (``other_keys``): not a suffix beside a lock
 #: key, its limit is read from the key itself.
@@ -67,7 +74,7 @@ def describe_limit_key(runtime: Runtime, key: str) -> str | None:
     overrides = runtime_rates(runtime.scripts.client, overrides_of(runtime.settings.key_prefix))
     rate = (overrides.get(name) or limit.rates)[0]
     state = rate_state(runtime.scripts, key, rate)
-    return None if state is None else f"limit {name} {rate}: {_state_text(state)}"
+    return None if state is None else f"limit {name} {rate}: {state_text(state)}"
 
 
 def describe_rate_key(runtime: Runtime, key: str, task_name: str) -> str | None:
@@ -77,12 +84,19 @@ def describe_rate_key(runtime: Runtime, key: str, task_name: str) -> str | None:
     if rate is None:
         return "rate limit: no global_rate_limit known here for its task"
     state = rate_state(runtime.scripts, key, rate_of(rate))
-    return None if state is None else f"rate limit {rate}: {_state_text(state)}"
+    return None if state is None else f"rate limit {rate}: {state_text(state)}"
 
 
-def _state_text(state: RateState) -> str:
+def state_text(state: RateState) -> str:
+    """A partition's state in one line: a window's starts, or a bucket's units and TAT."""
     free = "now" if not state.next_free else f"in {state.next_free:.3f}s"
     paused = f", paused for {state.paused:.3f}s" if state.paused else ""
+    if state.burst is not None:
+        full = "full" if not state.full_in else f"full again in {state.full_in:.3f}s"
+        return (
+            f"bucket of {state.burst}: {state.tokens} free ({full}), {state.reserved} reserved, "
+            f"next free slot {free}{paused}"
+        )
     return f"{state.started} started in the window, {state.reserved} reserved, next free slot {free}{paused}"
 
 

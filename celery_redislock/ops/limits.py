@@ -34,7 +34,8 @@ __all__ = ["LimitInfo", "PartitionInfo", "pause_limit", "reset_limit", "set_limi
 @dataclass(frozen=True)
 class PartitionInfo:
     """One partition of a named limit now: its log's ``key``, its ``state`` (by the limit's
-    first current rate, counted as a window; ``paused``: seconds left of a pause)."""
+    first current rate: a window's starts, or a bucket's units; ``paused``: seconds left of a
+    pause)."""
 
     key: str
     state: RateState

@@ -4,6 +4,7 @@ promises, on the server's clock: the starts the limiter's log records (``GrantRe
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,9 +16,11 @@ from celery import Celery
 from celery_redislock import reset_limit, set_limit, show_limits
 from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import poll
+from celery_redislock.engine.rate_decisions import Limit, decide_limits
+from celery_redislock.engine.rates import Rate
 from celery_redislock.engine.timing import server_time
 from celery_redislock.integration.runtime import runtime_for
-from celery_redislock.modes.rate_calls import named_log
+from celery_redislock.modes.rate_calls import named_log, overrides_of
 from celery_redislock.ops.limit_cli import limit as limit_command
 from tests.harness import GrantRecorder, most_in_a_window
 
@@ -263,6 +266,31 @@ def test_the_limit_commands_show_set_and_reset(make_app: Callable[..., Celery], 
     assert run("reset", "partner").output == "Limit partner is back to its declared rates\n"
     assert run("pause", "llm", "30").output == "Paused limit llm for 30s\n"
     assert "paused for 29." in run("show").output or "paused for 30.000s" in run("show").output
+
+
+def test_limit_show_shows_a_burst_limit_as_a_bucket(make_app: Callable[..., Celery]) -> None:
+    # Seen red when every limit was shown as a window: "3 started in the window".
+    from celery.bin.base import CLIContext
+    from click.testing import CliRunner
+
+    app = make_app(redislock_limits={"api": "1/m burst 5", "plain": "5/m"})
+    runtime = runtime_for(app)
+    prefix = runtime.settings.key_prefix
+    for name, rate in (("api", Rate(1, 60, 5)), ("plain", Rate(5, 60))):
+        limit = Limit(named_log(prefix, name), (rate,), name, overrides_of(prefix))
+        for caller in ("a", "b", "c"):
+            assert decide_limits(runtime.scripts, (limit,), caller, reserve=False)
+    context = CLIContext(app=app, no_color=True, workdir=".", quiet=False)
+    shown = CliRunner().invoke(limit_command, ["show"], obj=context).output
+    assert f"  {named_log(prefix, 'api')}: bucket of 5: 2 free (full again in 1" in shown
+    assert ", 0 reserved, next free slot now" in shown
+    assert f"  {named_log(prefix, 'plain')}: 3 started in the window, 0 reserved, next free slot now" in shown
+    listed = json.loads(CliRunner().invoke(limit_command, ["show", "--json"], obj=context).output)
+    (bucket,) = next(each for each in listed if each["name"] == "api")["partitions"]
+    assert (bucket["kind"], bucket["burst"], bucket["tokens"]) == ("bucket", 5, 2)
+    assert 179.0 < bucket["full_in"] <= 180.0
+    (window,) = next(each for each in listed if each["name"] == "plain")["partitions"]
+    assert (window["kind"], window["started"]) == ("window", 3)
 
 
 #: The two ways a body pauses its limits.
