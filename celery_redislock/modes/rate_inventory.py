@@ -9,13 +9,13 @@ from collections.abc import Iterator
 
 from ..config.limits import NamedLimit
 from ..config.options import LockOptions
-from ..engine.keys import glob_escape, limit_keys
+from ..engine.keys import glob_escape, limit_keys, parse_key
 from ..engine.leases import as_text
 from ..engine.rate_decisions import RateState, rate_state, runtime_rates
 from ..engine.rates import rate_of
 from ..errors import ConfigurationError
 from ..integration.runtime import Runtime, task_options
-from .rate_calls import catalog_of, named_base, named_log, overrides_of
+from .rate_calls import MIXED_MARK, RATE_SUFFIX, catalog_of, named_base, named_log, overrides_of
 
 __all__ = [
     "LIMIT_SUFFIX",
@@ -54,7 +54,9 @@ def partition_keys(runtime: Runtime, name: str) -> list[str]:
 def named_keys(runtime: Runtime, task: str | None) -> Iterator[tuple[str, str, str]]:
     """``(key, tasks, LIMIT_SUFFIX)`` of each partition of the app's named limits (of those
     ``task`` names, if given); ``tasks``: the tasks known here naming the limit, joined by
-    ``,`` (``-`` when none is)."""
+    ``,`` (``-`` when none is). Then ``(key, task, RATE_SUFFIX)`` of each ``global_rate_limit``
+    partition kept under their tag (``rate_calls.mixed_rate_key``)."""
+    yield from _mixed_keys(runtime, task)
     users = _users(runtime)
     for name in sorted(catalog_of(runtime)):
         if task is not None and task not in users.get(name, ()):
@@ -62,6 +64,20 @@ def named_keys(runtime: Runtime, task: str | None) -> Iterator[tuple[str, str, s
         tasks = ",".join(sorted(users.get(name, ()))) or "-"
         for key in partition_keys(runtime, name):
             yield key, tasks, LIMIT_SUFFIX
+
+
+def _mixed_keys(runtime: Runtime, task: str | None) -> Iterator[tuple[str, str, str]]:
+    prefix = runtime.settings.key_prefix
+    head = f"{named_base(prefix)}:{MIXED_MARK}:"
+    for batch in runtime.engine.scan_batches(glob_escape(head) + "*"):
+        for raw in batch:
+            key = as_text(raw)
+            try:  # the log alone: the keys beside it (":reserved", ...) hold no partition key
+                key_prefix, key_task, _ = parse_key(key[len(head) :])
+            except ValueError:
+                continue
+            if key_prefix == prefix and task in (None, key_task):
+                yield key, key_task, RATE_SUFFIX
 
 
 def describe_limit_key(runtime: Runtime, key: str) -> str | None:

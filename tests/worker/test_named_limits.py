@@ -14,14 +14,17 @@ import redis
 from celery import Celery
 
 from celery_redislock import reset_limit, set_limit, show_limits
+from celery_redislock.config.arguments import KeyBuilder
 from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import poll
 from celery_redislock.engine.rate_decisions import Limit, decide_limits
 from celery_redislock.engine.rates import Rate
 from celery_redislock.engine.timing import server_time
-from celery_redislock.integration.runtime import runtime_for
-from celery_redislock.modes.rate_calls import named_log, overrides_of
+from celery_redislock.integration.runtime import run_function, runtime_for
+from celery_redislock.modes.rate_calls import mixed_rate_key, named_log, overrides_of
+from celery_redislock.ops.inventory import mode_keys
 from celery_redislock.ops.limit_cli import limit as limit_command
+from celery_redislock.ops.listing import lock_pattern
 from tests.harness import GrantRecorder, most_in_a_window
 
 from .conftest import WorkerProcess, stats_of
@@ -380,3 +383,39 @@ def test_a_burst_goes_through_then_the_steady_rate(
         assert most_in_a_window(grants, window) <= 30 + 10 * window
     # The first 30 found the bucket full: at most the other 20 waited for their slot.
     assert proc.log().count("Rate-limited named.burst[") <= 20
+
+
+@pytest.mark.parametrize(
+    ("pool", "kind"),
+    [pytest.param("prefork", "single", id="prefork"), pytest.param("threads", "cluster", id="cluster")],
+)
+def test_a_task_mixes_its_own_global_rate_limit_with_a_named_limit(
+    pool: str,
+    kind: str,
+    store: Store,
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    # Seen red on a Cluster with the task's own partition under its own hash tag: every call
+    # failed with an OptionError (its limits in different slots).
+    task = named_task("named.mixed", ["partner"], global_rate_limit="5/s")
+    module = settings({"partner": "10/s"})
+    task.start(worker_process, store.urls, "-c", "2", "-n", node("mixed"), pool=pool, module=module)
+    app = make_app(redislock_url=store.urls["locks"], redislock_limits={"partner": "10/s"})
+    runtime = runtime_for(app)
+    prefix = runtime.settings.key_prefix
+    send = task.sender(app)
+    real = app.tasks[send.name]
+    partition = KeyBuilder(prefix, real.name, run_function(type(real)), (), option="rate_limit_key")
+    own = mixed_rate_key(prefix, partition.key(("mixed", 0), {}, real))  # one partition: any call's
+    mine, shared = GrantRecorder(store.client, own), GrantRecorder(store.client, log_of(app, "partner"))
+    results = [send.delay("mixed", n) for n in range(15)]
+    assert sorted(result.get(timeout=60) for result in results) == list(range(15))
+    starts, partner = mine.stop(), shared.stop()
+    assert len(starts) == len(partner) == 15
+    assert most_in_a_window(starts, 1.0) <= 5  # its own limit, the tighter one, held
+    assert ran(coord, "mixed") == list(range(15))
+    # 'redislock list' finds the task's partition under the named limits' tag, by its own rate.
+    rows = {key: text for key, _, text, _ in mode_keys(runtime, lock_pattern(prefix, None), None)}
+    assert rows[own].startswith("rate limit 5/s: ")
