@@ -361,20 +361,20 @@ def test_a_429_pause_stops_every_worker_for_its_duration_and_loses_nothing(
     )
 
 
+@pytest.mark.parametrize(("pool", "kind"), TOPOLOGIES)
 def test_a_burst_goes_through_then_the_steady_rate(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    locks: redis.Redis,
+    pool: str,
+    kind: str,
+    store: Store,
     make_app: Callable[..., Celery],
     worker_process: Callable[..., WorkerProcess],
 ) -> None:
     # Seen red with the burst read as a window of 10 a second: 40 of the 50 postponed.
     task = named_task("named.burst", ["api"])
-    proc = task.start(
-        worker_process, urls, "-c", "2", "-n", node("burst"), module=settings({"api": "10/s burst 30"})
-    )
-    app = make_app()
-    record = GrantRecorder(locks, log_of(app, "api"))
+    module = settings({"api": "10/s burst 30"})
+    proc = task.start(worker_process, store.urls, "-c", "2", "-n", node("burst"), pool=pool, module=module)
+    app = make_app(redislock_url=store.urls["locks"])
+    record = GrantRecorder(store.client, log_of(app, "api"))
     send = task.sender(app)
     results = [send.delay("burst", n) for n in range(50)]
     assert sorted(result.get(timeout=60) for result in results) == list(range(50))
