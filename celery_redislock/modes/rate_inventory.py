@@ -88,9 +88,13 @@ def describe_limit_key(runtime: Runtime, key: str) -> str | None:
     if limit is None:
         return f"limit {name}: not declared here"
     overrides = runtime_rates(runtime.scripts.client, overrides_of(runtime.settings.key_prefix))
-    rate = (overrides.get(name) or limit.rates)[0]
-    state = rate_state(runtime.scripts, key, rate)
-    return None if state is None else f"limit {name} {rate}: {state_text(state)}"
+    shown = []
+    for place, rate in enumerate(overrides.get(name) or limit.rates, 1):
+        state = rate_state(runtime.scripts, key, rate, place)
+        if state is None:
+            return None
+        shown.append(f"{rate}: {state_text(state)}")
+    return f"limit {name} " + "; ".join(shown)
 
 
 def describe_rate_key(runtime: Runtime, key: str, task_name: str) -> str | None:

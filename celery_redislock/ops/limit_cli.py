@@ -48,7 +48,12 @@ def _lines(info: LimitInfo) -> list[str]:
         else info.source
     )
     lines = [f"{info.name}  {_rates(info.rates)}  [{source}]"]
-    lines.extend(f"  {partition.key}: {state_text(partition.state)}" for partition in info.partitions)
+    for partition in info.partitions:
+        if len(partition.states) == 1:
+            lines.append(f"  {partition.key}: {state_text(partition.state)}")
+            continue
+        lines.append(f"  {partition.key}:")  # a line by each rate, in the limit's order
+        lines.extend(f"    {rate}: {state_text(state)}" for rate, state in zip(info.rates, partition.states))
     return lines
 
 
@@ -59,12 +64,23 @@ def _json(info: LimitInfo) -> dict[str, Any]:
         "declared": [str(rate) for rate in info.declared],
         "source": info.source,
         "overridden": info.overridden,
-        "partitions": [_state_json(partition.key, partition.state) for partition in info.partitions],
+        "partitions": [
+            {
+                "key": partition.key,
+                **_state_json(partition.state),
+                "rates": [
+                    {"rate": str(rate), **_state_json(state)}
+                    for rate, state in zip(info.rates, partition.states)
+                ],
+            }
+            for partition in info.partitions
+        ],
     }
 
 
-def _state_json(key: str, state: RateState) -> dict[str, Any]:
-    shown: dict[str, Any] = {"key": key, "kind": "window" if state.burst is None else "bucket"}
+def _state_json(state: RateState) -> dict[str, Any]:
+    """A partition's state by one rate (the partition's own fields are its first rate's)."""
+    shown: dict[str, Any] = {"kind": "window" if state.burst is None else "bucket"}
     if state.burst is None:
         shown["started"] = state.started
     else:

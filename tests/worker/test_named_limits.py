@@ -276,11 +276,15 @@ def test_limit_show_shows_a_burst_limit_as_a_bucket(make_app: Callable[..., Cele
     from celery.bin.base import CLIContext
     from click.testing import CliRunner
 
-    app = make_app(redislock_limits={"api": "1/m burst 5", "plain": "5/m"})
+    app = make_app(redislock_limits={"api": "1/m burst 5", "plain": "5/m", "both": ["5/m", "1/m burst 5"]})
     runtime = runtime_for(app)
     prefix = runtime.settings.key_prefix
-    for name, rate in (("api", Rate(1, 60, 5)), ("plain", Rate(5, 60))):
-        limit = Limit(named_log(prefix, name), (rate,), name, overrides_of(prefix))
+    for name, rates in (
+        ("api", (Rate(1, 60, 5),)),
+        ("plain", (Rate(5, 60),)),
+        ("both", (Rate(5, 60), Rate(1, 60, 5))),
+    ):
+        limit = Limit(named_log(prefix, name), rates, name, overrides_of(prefix))
         for caller in ("a", "b", "c"):
             assert decide_limits(runtime.scripts, (limit,), caller, reserve=False)
     context = CLIContext(app=app, no_color=True, workdir=".", quiet=False)
@@ -294,6 +298,15 @@ def test_limit_show_shows_a_burst_limit_as_a_bucket(make_app: Callable[..., Cele
     assert 179.0 < bucket["full_in"] <= 180.0
     (window,) = next(each for each in listed if each["name"] == "plain")["partitions"]
     assert (window["kind"], window["started"]) == ("window", 3)
+    # A limit of several rates: its partition by each of them (seen red with its first rate only).
+    assert f"  {named_log(prefix, 'both')}:\n    5/m: 3 started in the window, 0 reserved" in shown
+    assert "\n    1/m burst 5: bucket of 5: 2 free (full again in 1" in shown
+    (both,) = next(each for each in listed if each["name"] == "both")["partitions"]
+    assert [(each["rate"], each["kind"]) for each in both["rates"]] == [
+        ("5/m", "window"),
+        ("1/m burst 5", "bucket"),
+    ]
+    assert (both["kind"], both["started"], both["rates"][1]["tokens"]) == ("window", 3, 2)
 
 
 #: The two ways a body pauses its limits.
