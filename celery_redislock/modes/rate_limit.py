@@ -18,8 +18,9 @@ twice is told apart and dropped, and a copy revoked or expired in the worker giv
 
 Named limits (``rate_limits``, declared in ``redislock_limits`` or ``declare_limit``) and a cost
 per call (``rate_cost``) go through the same gate: a call's limits are decided in one script
-call (``rate_calls`` says which). A body that raises ``RateLimitPaused`` pauses them on every
-worker, and its call is re-queued for after the pause the way a postponed call is (``on_paused``).
+call (``rate_calls`` says which). A body that raises ``RateLimitPaused`` (or calls
+``self.request.redislock.pause``, which raises it) pauses them on every worker, and its call
+is re-queued for after the pause the way a postponed call is (``on_paused``).
 """
 
 from __future__ import annotations
