@@ -18,8 +18,9 @@ twice is told apart and dropped, and a copy revoked or expired in the worker giv
 
 Named limits (``rate_limits``, declared in ``redislock_limits`` or ``declare_limit``) and a cost
 per call (``rate_cost``) go through the same gate: a call's limits are decided in one script
-call (``rate_calls`` says which). A body that raises ``RateLimitPaused`` pauses them on every
-worker, and its call is re-queued for after the pause the way a postponed call is (``on_paused``).
+call (``rate_calls`` says which). A body that raises ``RateLimitPaused`` (or calls
+``self.request.redislock.pause``, which raises it) pauses them on every worker, and its call
+is re-queued for after the pause the way a postponed call is (``on_paused``).
 """
 
 from __future__ import annotations
@@ -57,9 +58,9 @@ from .rate_calls import (
     RATE_SUFFIX,
     CallLimits,
     LimitResolver,
-    attempt_of,
     limits_of_message,
     message_headers,
+    pauses_of,
     rate_key,
 )
 from .rate_inventory import LIMIT_SUFFIX, describe_limit_key, describe_rate_key, named_keys
@@ -197,7 +198,8 @@ class RateLimitGate:
                 calls.limits,
                 execution.task_id,
                 reserve=True,
-                attempt=attempt_of(execution.retries, request),
+                attempt=execution.retries,
+                pauses=pauses_of(request),
                 token=token,
                 next_token=hop,
                 cost=calls.costs,
@@ -252,7 +254,7 @@ class RateLimitGate:
         )
         if request.is_eager:  # nothing to re-queue
             raise paused
-        pauses = int(vars(request).get(PAUSES_HEADER) or 0) + 1
+        pauses = pauses_of(request) + 1
         vars(request)[PAUSES_HEADER] = pauses
         token = vars(request).get(HOP_HEADER) or ""
         hop = uuid.uuid4().hex
@@ -261,7 +263,8 @@ class RateLimitGate:
             calls.limits,
             task_id,
             reserve=True,
-            attempt=attempt_of(request.retries, request),
+            attempt=request.retries,
+            pauses=pauses,
             token=token,
             next_token=hop,
             cost=calls.costs,
