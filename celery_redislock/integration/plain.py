@@ -66,8 +66,10 @@ class PlainMode:
         return sending.send(call)
 
     def before_acquire(self, task: AnyTask, execution: Execution) -> None:
-        if execution.retries:
-            # A re-queued copy of a redelivered message whose original may have finished meanwhile.
+        if execution.retries or outcomes.redelivered(task.request):
+            # A re-queued copy of a redelivered message whose original may have finished
+            # meanwhile, or a message given out again after its run ended (the worker died
+            # before the ack): its lock is free, only the result backend knows it ran.
             outcomes.drop_finished(task)
 
     def acquire(self, task: AnyTask, execution: Execution) -> Outcome | None:

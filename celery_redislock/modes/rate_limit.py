@@ -46,7 +46,7 @@ from ..engine.rates import optional_rate
 from ..engine.timing import to_ms
 from ..errors import RateLimitPaused
 from ..integration.acquisition import Execution
-from ..integration.outcomes import finished, requeue
+from ..integration.outcomes import finished, redelivered, requeue
 from ..integration.runtime import Runtime, runtime_for
 from ..integration.sending import expiry_ttl_ms
 from ..signals import send_rate_limited, send_rate_paused
@@ -187,7 +187,7 @@ class RateLimitGate:
         scripts = execution.runtime.scripts
         request = task.request
         token = vars(request).get(HOP_HEADER) or ""
-        if (request.delivery_info or {}).get("redelivered") and finished(task):
+        if redelivered(request) and finished(task):
             # Given out again (its worker died before the ack) after another copy of it ran: that
             # start may have left the log (kept one period), where the decision would not see it.
             drop_copy(task, execution, key, "it has run already")
