@@ -17,7 +17,7 @@ from ..config.urls import mask_url
 from ..engine.counting import count
 from ..engine.holders import task_id_of
 from ..errors import DuplicateTaskError, LockUnavailableError
-from ..signals import send_duplicate
+from .signals import send_duplicate
 
 __all__ = [
     "SkippedAsSuccess",

@@ -2,7 +2,9 @@
 
 The layers, lowest first; an import may only point down, or sideways inside one folder::
 
-    errors.py, signals.py < engine/ < config/ < integration/ < modes/ < ops/ < compat/, contrib/, __init__.py
+    errors.py < engine/ < config/ < integration/ < modes/ < ops/ < compat/, contrib/, signals.py, __init__.py
+
+(``signals.py`` is a public path only: each signal is declared by what sends it, below.)
 
 Every import is read: ``import x``, ``from x import y``, relative ones, those inside functions
 (a lazy import is still an arrow), and ``importlib.import_module`` with a literal name. Imports
@@ -29,7 +31,6 @@ ROOT = Path(celery_redislock.__file__).resolve().parent
 #: Each unit of the package and its rank; a unit is a top-level folder or module.
 RANKS = {
     "errors": 0,
-    "signals": 0,
     "engine": 1,
     "config": 2,
     "integration": 3,
@@ -37,6 +38,7 @@ RANKS = {
     "ops": 5,
     "compat": 6,
     "contrib": 6,
+    "signals": 6,
     "__init__": 6,
 }
 
