@@ -8,8 +8,8 @@ and tests no mode's option. Registering a mode or a gate adds its options to the
 (``config.schema``), its combination rules to the options' validation (``config.mode_rules``),
 so registration-time errors name both options, its counters to those a worker keeps
 (``engine.counting``) and its Celery signals to the package's (``registered_signals``;
-``celery_redislock.signals`` is their public path). That a plan has one mode is the registry's own rule (``one_mode``): no
-mode names the others it excludes.
+``celery_redislock.signals`` is their public path). That a plan has one mode is the
+registry's own rule (``one_mode``): no mode names the others it excludes.
 """
 
 from __future__ import annotations
