@@ -17,7 +17,7 @@ from ..config.urls import mask_url
 from ..engine.counting import count
 from ..engine.holders import task_id_of
 from ..errors import DuplicateTaskError, LockUnavailableError
-from ..signals import send_duplicate
+from .signals import send_duplicate
 
 __all__ = [
     "SkippedAsSuccess",
@@ -26,6 +26,7 @@ __all__ = [
     "on_duplicate",
     "on_redelivered",
     "on_redis_error",
+    "redelivered",
     "requeue",
     "retry_duplicate",
     "skip",
@@ -39,6 +40,9 @@ logger = logging.getLogger(__name__)
 #: and the task would be dropped (``Reject``). This one waits for the broker as long as it takes,
 #: a WARNING per failed attempt, so the task is never lost.
 BROKER_WAIT_INTERVAL_MAX = 5.0
+
+#: The request attribute holding what ``finished`` read from the result backend.
+FINISHED_FIELD = "redislock_finished"
 
 if TYPE_CHECKING:
     from celery import Task
@@ -170,9 +174,25 @@ def on_redelivered(task: AnyTask, options: LockOptions, key: str, holder: str) -
     raise Ignore()
 
 
+def redelivered(request: Any) -> bool:
+    """Whether the broker marked this delivery as one given out before (kombu's Redis transport
+    when it restores an unacknowledged message, RabbitMQ when a consumer went away without
+    acknowledging it)."""
+    return bool((request.delivery_info or {}).get("redelivered"))
+
+
 def finished(task: AnyTask) -> bool:
-    """Whether this task id already has a final result (a re-queued copy is then dropped)."""
-    task_id = str(task.request.id)
+    """Whether this task id already has a final result (a re-queued copy is then dropped).
+    Asked of the result backend once a delivery: a gate and the mode both ask, moments apart."""
+    request = task.request
+    fields = vars(request)
+    known: bool | None = fields.get(FINISHED_FIELD)
+    if known is None:
+        known = fields[FINISHED_FIELD] = _finished(task, str(request.id))
+    return known
+
+
+def _finished(task: AnyTask, task_id: str) -> bool:
     if task.ignore_result or isinstance(task.backend, DisabledBackend):
         return False
     try:

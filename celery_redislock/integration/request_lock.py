@@ -10,7 +10,7 @@ from ..engine.leases import Client, Lease
 from ..engine.renewal import LeaseEvent, add_listener
 from ..engine.timing import server_time
 from ..errors import RateLimitPaused
-from ..signals import lock_lost, lock_retaken, send_lease_event
+from .signals import lock_lost, lock_retaken, send_lease_event
 
 __all__ = ["RedisLockInfo", "unwatch", "watch"]
 

@@ -18,9 +18,9 @@ from ..engine.holders import queued_id, task_id_of
 from ..engine.leases import REDIS_ERRORS
 from ..engine.timing import to_ms
 from ..errors import LockUnavailableError
-from ..signals import send_duplicate
 from .mode import Plan, Send
 from .runtime import Runtime, app_layers_ask, runtime_for
+from .signals import send_duplicate
 
 __all__ = [
     "EXPIRY_MARGIN_MS",

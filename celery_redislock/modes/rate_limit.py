@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from celery.exceptions import Ignore
 from celery.signals import task_revoked
+from celery.utils.dispatch import Signal
 
 from ..config.limits import check_rate_cost, check_rate_limits
 from ..config.mode_rules import Clash
@@ -46,10 +47,9 @@ from ..engine.rates import optional_rate
 from ..engine.timing import to_ms
 from ..errors import RateLimitPaused
 from ..integration.acquisition import Execution
-from ..integration.outcomes import finished, requeue
+from ..integration.outcomes import finished, redelivered, requeue
 from ..integration.runtime import Runtime, runtime_for
 from ..integration.sending import expiry_ttl_ms
-from ..signals import send_rate_limited, send_rate_paused
 from .rate_calls import (
     HOP_HEADER,
     LIMITS_HEADER,
@@ -64,6 +64,7 @@ from .rate_calls import (
     rate_key,
 )
 from .rate_inventory import LIMIT_SUFFIX, describe_limit_key, describe_rate_key, named_keys
+from .rate_signals import SIGNALS, send_rate_limited, send_rate_paused
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
@@ -141,6 +142,7 @@ class RateLimitGate:
     }
     #: A partition's log, beside its partition key (``describe_key`` reads its state).
     key_suffixes: ClassVar[Mapping[str, str]] = {RATE_SUFFIX: "rate limit", LIMIT_SUFFIX: "named limit"}
+    signals: ClassVar[Mapping[str, Signal]] = SIGNALS
 
     def __init__(self) -> None:
         self.limits = LimitResolver()
@@ -187,7 +189,7 @@ class RateLimitGate:
         scripts = execution.runtime.scripts
         request = task.request
         token = vars(request).get(HOP_HEADER) or ""
-        if (request.delivery_info or {}).get("redelivered") and finished(task):
+        if redelivered(request) and finished(task):
             # Given out again (its worker died before the ack) after another copy of it ran: that
             # start may have left the log (kept one period), where the decision would not see it.
             drop_copy(task, execution, key, "it has run already")
