@@ -110,7 +110,7 @@ class Execution:
             engine.release(key, dead, notify=runtime.release_channel(key))
         # The parent was told nothing (Celery re-queued the message instead of failing it), so
         # this is the only trace of the dead child's lock: the same line the parent would log.
-        count("released")
+        count("released", task=self.task_name)
         logger.info(
             "Released lock %s of %s[%s]: its worker process died (holder %s; freed by its redelivery)",
             key,
@@ -172,7 +172,7 @@ class Holding:
             elif self.mode.on_release(self):  # released the mode's own way (a throttle's window)
                 return
             elif engine.release(lease.key, lease.holder, notify=self._notice(lease.key)):
-                count("released")
+                count("released", task=self.info.task_name)
             else:
                 lost_at_release(lease)
         except REDIS_ERRORS as exc:
@@ -237,7 +237,7 @@ def release_queued(runtime: Runtime, key: str, task_id: str) -> None:
 def _hold(
     execution: Execution, engine: LeaseEngine, lease: Lease, result: AcquireResult | None = None
 ) -> Holding:
-    count("acquired")
+    count("acquired", task=execution.task_name)
     runtime = execution.runtime
     info = RedisLockInfo(
         lease.key,
@@ -294,7 +294,7 @@ def _wait(execution: Execution) -> AcquireResult:
         execution.options.acquire_timeout,
     )
     if result.acquired:
-        count("waited")
+        count("waited", task=execution.task_name)
     return result
 
 
@@ -312,7 +312,7 @@ def _acquire_slot(execution: Execution) -> Outcome:
     if not slot.acquired and options.on_duplicate == "wait" and options.acquire_timeout > 0:
         slot = _take_slot(engine, execution, blocking=True)
         if slot.acquired:
-            count("waited")
+            count("waited", task=execution.task_name)
     if not slot.acquired:
         # Every slot held, or the free ones owed to executions queued (on_duplicate="wait").
         holders = ", ".join(slot.holders) or "executions queued first"

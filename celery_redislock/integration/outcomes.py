@@ -57,7 +57,7 @@ def on_duplicate(
     strategy = strategy or options.on_duplicate
     send_duplicate(task, str(request.id), key, holder, strategy, "execute")
     if strategy == "raise":
-        count("skipped")
+        count("skipped", task=task.name)
         raise error
     # Out of retries (or eager, where nothing can be re-queued) it ends as a skip.
     retries_left = task.max_retries is None or request.retries < task.max_retries
@@ -71,7 +71,7 @@ def retry_duplicate(
 ) -> NoReturn:
     """Re-queued in ``retry_countdown``, counted ``retried``; ``unlimited``: by ``requeue``, not
     bounded by the task's ``max_retries``."""
-    count("retried")
+    count("retried", task=task.name)
     logger.info(
         "Retrying duplicate %s[%s] in %ss: %s is held by %s",
         task.name,
@@ -131,7 +131,7 @@ def skip(task: AnyTask, options: LockOptions, error: DuplicateTaskError) -> NoRe
     once, as ``skip_result`` says: a FAILURE holding ``error`` (no on_failure / task_failure),
     a SUCCESS naming the holder (returned through Celery's success path, so a chord or a chain
     goes on), or nothing (except in a chord, which waits for every member: FAILURE)."""
-    count("skipped")
+    count("skipped", task=task.name)
     request = task.request
     logger.info("Skipped duplicate %s[%s]: %s is held by %s", task.name, request.id, error.key, error.holder)
     stored = options.skip_result
@@ -154,7 +154,7 @@ def on_redelivered(task: AnyTask, options: LockOptions, key: str, holder: str) -
     error = DuplicateTaskError(task.name, str(request.id), key, holder, task_id_of(holder))
     if request.is_eager:
         skip(task, options, error)
-    count("retried")
+    count("retried", task=task.name)
     countdown = options.renew_interval_s
     logger.info(
         "Re-queued redelivered %s[%s] in %ss: %s is held by its other delivery %s",

@@ -319,7 +319,7 @@ def postpone(
         task.backend.mark_as_revoked(task_id, "expired", request=request)
         raise Ignore()
     if decision.status == "reserved" and not paused:
-        count("rate_limited")
+        count("rate_limited", task=task.name)
         logger.info(
             "Rate-limited %s[%s]: %s; re-queued to start in %.3fs",
             task.name,
