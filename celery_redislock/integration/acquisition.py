@@ -41,6 +41,7 @@ from .liveness import process_alive
 from .mode import Mode
 from .request_lock import RedisLockInfo, unwatch, watch
 from .runtime import Runtime
+from .tracing import lock_event
 
 __all__ = [
     "Execution",
@@ -166,17 +167,23 @@ class Holding:
         engine, lease, runtime = self.engine, self.lease, self.runtime
         self.renewer.discard(engine, lease)
         unwatch(self.info)
+        task = self.info.task_name
         try:
             if hand_to is not None:  # a lock (a semaphore's slot is never handed over)
                 runtime.engine.transfer(lease.key, lease.holder, *hand_to)
+                outcome = "handed_over"
             elif self.mode.on_release(self):  # released the mode's own way (a throttle's window)
-                return
+                outcome = "mode"
             elif engine.release(lease.key, lease.holder, notify=self._notice(lease.key)):
-                count("released", task=self.info.task_name)
+                count("released", task=task)
+                outcome = "released"
             else:
                 lost_at_release(lease)
+                outcome = "lost"
+            lock_event("release", task, lease.key, lease.holder, outcome)
         except REDIS_ERRORS as exc:
             count("redis_errors")
+            lock_event("release", task, lease.key, lease.holder, "redis_error")
             logger.warning(
                 "Could not release lock %s: %r; it expires in at most %ss",
                 lease.key,
@@ -238,6 +245,7 @@ def _hold(
     execution: Execution, engine: LeaseEngine, lease: Lease, result: AcquireResult | None = None
 ) -> Holding:
     count("acquired", task=execution.task_name)
+    lock_event("acquire", execution.task_name, lease.key, lease.holder, "acquired")
     runtime = execution.runtime
     info = RedisLockInfo(
         lease.key,

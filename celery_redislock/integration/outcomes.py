@@ -18,6 +18,7 @@ from ..engine.counting import count
 from ..engine.holders import task_id_of
 from ..errors import DuplicateTaskError, LockUnavailableError
 from ..signals import send_duplicate
+from .tracing import lock_event
 
 __all__ = [
     "SkippedAsSuccess",
@@ -58,6 +59,7 @@ def on_duplicate(
     send_duplicate(task, str(request.id), key, holder, strategy, "execute")
     if strategy == "raise":
         count("skipped", task=task.name)
+        lock_event("skip", task.name, key, holder, "raised")
         raise error
     # Out of retries (or eager, where nothing can be re-queued) it ends as a skip.
     retries_left = task.max_retries is None or request.retries < task.max_retries
@@ -72,6 +74,7 @@ def retry_duplicate(
     """Re-queued in ``retry_countdown``, counted ``retried``; ``unlimited``: by ``requeue``, not
     bounded by the task's ``max_retries``."""
     count("retried", task=task.name)
+    lock_event("skip", task.name, error.key, error.holder, "retried")
     logger.info(
         "Retrying duplicate %s[%s] in %ss: %s is held by %s",
         task.name,
@@ -132,6 +135,7 @@ def skip(task: AnyTask, options: LockOptions, error: DuplicateTaskError) -> NoRe
     a SUCCESS naming the holder (returned through Celery's success path, so a chord or a chain
     goes on), or nothing (except in a chord, which waits for every member: FAILURE)."""
     count("skipped", task=task.name)
+    lock_event("skip", task.name, error.key, error.holder, "skipped")
     request = task.request
     logger.info("Skipped duplicate %s[%s]: %s is held by %s", task.name, request.id, error.key, error.holder)
     stored = options.skip_result

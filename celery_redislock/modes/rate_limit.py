@@ -48,6 +48,7 @@ from ..integration.acquisition import Execution
 from ..integration.outcomes import finished, requeue
 from ..integration.runtime import Runtime, runtime_for
 from ..integration.sending import expiry_ttl_ms
+from ..integration.tracing import lock_event
 from ..signals import send_rate_limited, send_rate_paused
 from .rate_calls import (
     HOP_HEADER,
@@ -320,6 +321,7 @@ def postpone(
         raise Ignore()
     if decision.status == "reserved" and not paused:
         count("rate_limited", task=task.name)
+        lock_event("postpone", task.name, key, task_id, "rate_limited", wait_seconds=wait)
         logger.info(
             "Rate-limited %s[%s]: %s; re-queued to start in %.3fs",
             task.name,
