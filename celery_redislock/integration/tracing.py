@@ -1,5 +1,5 @@
 """The lock's events on the task's OpenTelemetry span: acquire, skip, postpone and release, each
-a span event with the task, key, holder and outcome, where the process traces.
+a span event with the key, holder and outcome, where the process traces.
 
 Nothing is imported here: a process traces when its set-up imported ``opentelemetry.trace``
 (the SDK's, or an instrumentation's), and the events go to the current span, which
@@ -22,8 +22,9 @@ _failed: list[type[BaseException]] = []
 
 
 def lock_event(name: str, task: str, key: str, holder: str, outcome: str, **more: Attribute) -> None:
-    """Add the span event ``redislock.<name>`` to the current span, if one is recording. Never
-    raises: it is on the task's path (a failing tracer is logged once)."""
+    """Add the span event ``redislock.<name>`` of ``task``'s lock to the current span, if one is
+    recording. Never raises: it is on the task's path (a failing tracer is logged once, naming
+    the task)."""
     trace = sys.modules.get("opentelemetry.trace")
     if trace is None:
         return
@@ -31,8 +32,9 @@ def lock_event(name: str, task: str, key: str, holder: str, outcome: str, **more
         span = trace.get_current_span()
         if not span.is_recording():
             return
+        # The task is the span's already (its name, celery.task_name): not repeated, as each
+        # attribute costs the SDK a check on every event.
         attributes: dict[str, Attribute] = {
-            "redislock.task": task,
             "redislock.key": key,
             "redislock.holder": holder,
             "redislock.outcome": outcome,
@@ -42,4 +44,4 @@ def lock_event(name: str, task: str, key: str, holder: str, outcome: str, **more
     except Exception as exc:
         if type(exc) not in _failed:
             _failed.append(type(exc))
-            logger.warning("Could not add the span event redislock.%s of %s", name, key, exc_info=True)
+            logger.warning("Could not add the span event redislock.%s of %s", name, task, exc_info=True)

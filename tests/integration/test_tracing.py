@@ -65,7 +65,6 @@ def test_a_lock_event_lands_on_the_current_span_with_its_attributes() -> None:
     [event] = span.events
     assert event.name == "redislock.acquire"
     assert dict(event.attributes or {}) == {
-        "redislock.task": "app.task",
         "redislock.key": "redislock:app.task:00",
         "redislock.holder": "id@host:1",
         "redislock.outcome": "acquired",

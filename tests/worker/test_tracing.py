@@ -97,7 +97,7 @@ def test_the_lock_events_are_on_the_task_spans_of_a_prefork_worker(
     key, holder_of = taken["redislock.key"], taken["redislock.holder"]
     assert key.startswith("redislock:tracing.held:") and holder_of.startswith(holder_id)
     assert (freed["redislock.key"], freed["redislock.holder"]) == (key, holder_of)
-    assert taken["redislock.task"] == "tracing.held"
+    assert held_span["attributes"]["celery.task_name"] == "tracing.held"  # the task is the span's
     for span in by_id.values():  # the two duplicates
         [(skip, attributes)] = events_of(span)
         assert skip == "redislock.skip"
