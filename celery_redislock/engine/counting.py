@@ -44,6 +44,8 @@ CORE_COUNTERS: Mapping[str, str] = {
     # Counted in the sending process: a worker reports those its own tasks sent.
     "refused_at_send": '``apply_async`` / ``delay`` calls refused by a ``lock_on="enqueue"`` '
     "lock, nothing published",
+    "released_by_parent": "locks of a pool process that died, freed by the worker's main process "
+    "(in ``released`` too)",
 }
 
 #: Counters at most, every owner's together: a worker's shared table is laid out before it

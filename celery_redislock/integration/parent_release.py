@@ -49,6 +49,7 @@ def release_for(task: SingletonTask, context: Any, why: str, pid: int | None = N
             prefix = holder_prefix(task_id, context.hostname, dead)
             if engine.release_holder_prefix(key, prefix, notify=runtime.release_channel(key)):
                 count("released", task=task.name)
+                count("released_by_parent", task=task.name)
                 logger.info("Released lock %s of %s[%s]: %s", key, task.name, context.id, reason)
                 freed = True
         return freed

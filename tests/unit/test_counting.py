@@ -31,6 +31,7 @@ REPORTED = (
     "released",
     "redis_errors",
     "refused_at_send",
+    "released_by_parent",
     "throttled",
     "replaced",
     "debounced",
