@@ -18,6 +18,7 @@ from ..engine.counting import count
 from ..engine.holders import task_id_of
 from ..errors import DuplicateTaskError, LockUnavailableError
 from .signals import send_duplicate
+from .tracing import lock_event
 
 __all__ = [
     "SkippedAsSuccess",
@@ -61,7 +62,8 @@ def on_duplicate(
     strategy = strategy or options.on_duplicate
     send_duplicate(task, str(request.id), key, holder, strategy, "execute")
     if strategy == "raise":
-        count("skipped")
+        count("skipped", task=task.name)
+        lock_event("skip", task.name, key, holder, "raised")
         raise error
     # Out of retries (or eager, where nothing can be re-queued) it ends as a skip.
     retries_left = task.max_retries is None or request.retries < task.max_retries
@@ -75,7 +77,8 @@ def retry_duplicate(
 ) -> NoReturn:
     """Re-queued in ``retry_countdown``, counted ``retried``; ``unlimited``: by ``requeue``, not
     bounded by the task's ``max_retries``."""
-    count("retried")
+    count("retried", task=task.name)
+    lock_event("skip", task.name, error.key, error.holder, "retried")
     logger.info(
         "Retrying duplicate %s[%s] in %ss: %s is held by %s",
         task.name,
@@ -135,7 +138,8 @@ def skip(task: AnyTask, options: LockOptions, error: DuplicateTaskError) -> NoRe
     once, as ``skip_result`` says: a FAILURE holding ``error`` (no on_failure / task_failure),
     a SUCCESS naming the holder (returned through Celery's success path, so a chord or a chain
     goes on), or nothing (except in a chord, which waits for every member: FAILURE)."""
-    count("skipped")
+    count("skipped", task=task.name)
+    lock_event("skip", task.name, error.key, error.holder, "skipped")
     request = task.request
     logger.info("Skipped duplicate %s[%s]: %s is held by %s", task.name, request.id, error.key, error.holder)
     stored = options.skip_result
@@ -158,7 +162,7 @@ def on_redelivered(task: AnyTask, options: LockOptions, key: str, holder: str) -
     error = DuplicateTaskError(task.name, str(request.id), key, holder, task_id_of(holder))
     if request.is_eager:
         skip(task, options, error)
-    count("retried")
+    count("retried", task=task.name)
     countdown = options.renew_interval_s
     logger.info(
         "Re-queued redelivered %s[%s] in %ss: %s is held by its other delivery %s",

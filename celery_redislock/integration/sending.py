@@ -78,7 +78,7 @@ def send(call: Send) -> Any:
         unreachable_at_send(logger, call, task_id, key, exc, "without an enqueue lock", strict=True)
         return publish(args, kwargs, task_id, headers=headers, **options)
     if not result.acquired and new_call:
-        count("refused_at_send")
+        count("refused_at_send", task=task.name)
         plan.mode.on_refused_at_send(task, plan.options, key, result.holder)
         logger.info("Not sending duplicate %s: %s is held by %s", task.name, key, result.holder)
         send_duplicate(task, task_id, key, result.holder, plan.options.on_duplicate, "enqueue")

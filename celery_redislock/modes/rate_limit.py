@@ -50,6 +50,7 @@ from ..integration.acquisition import Execution
 from ..integration.outcomes import finished, redelivered, requeue
 from ..integration.runtime import Runtime, runtime_for
 from ..integration.sending import expiry_ttl_ms
+from ..integration.tracing import lock_event
 from .rate_calls import (
     HOP_HEADER,
     LIMITS_HEADER,
@@ -324,7 +325,8 @@ def postpone(
         task.backend.mark_as_revoked(task_id, "expired", request=request)
         raise Ignore()
     if decision.status == "reserved" and not paused:
-        count("rate_limited")
+        count("rate_limited", task=task.name)
+        lock_event("postpone", task.name, key, task_id, "rate_limited", wait_seconds=wait)
         logger.info(
             "Rate-limited %s[%s]: %s; re-queued to start in %.3fs",
             task.name,
