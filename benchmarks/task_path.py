@@ -272,11 +272,28 @@ def print_opcodes(n: int, release: str, send: bool) -> int:
     return 0
 
 
+def enable_tracing() -> None:
+    """Trace every task as a traced worker does: the OpenTelemetry SDK recording a span a task
+    (opentelemetry-instrumentation-celery's), its spans dropped as they end, so the lock's span
+    events are made and kept on a recording span."""
+    from opentelemetry import trace
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    from opentelemetry.sdk.trace import TracerProvider
+
+    trace.set_tracer_provider(TracerProvider())  # no processor: each span is dropped at its end
+    CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call]
+
+
+#: The flags a counted run (``--only``) is given again: what it measures the same way.
+_PASSED = ("--tracing",)
+
+
 def instructions(kind: str, n: int, release: str, send: bool) -> int:
     """Instructions a run of this module with ``--only kind --n n`` executes (callgrind)."""
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
     command += [sys.executable, "-m", "benchmarks.task_path", "--only", kind, "--n", str(n)]
     command += ["--release", release] + ([] if send else ["--run-only"])
+    command += [flag for flag in _PASSED if flag in sys.argv]
     # One hash seed: dicts and sets are laid out, and so walked, alike in every run.
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
@@ -317,9 +334,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--run-only", action="store_true", help="the tracer alone: no apply_async (a pool child's share)"
     )
+    parser.add_argument(
+        "--tracing", action="store_true", help="every task traced (OpenTelemetry SDK, a span a task)"
+    )
     parser.add_argument("--only", choices=("none", *LABELS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     send = not args.run_only
+    if args.tracing:
+        enable_tracing()
     app, tasks = make_app(args.release)
     if args.instructions:
         return count_instructions(args.n or 1000, args.release, send, list(tasks))

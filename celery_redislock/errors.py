@@ -190,7 +190,8 @@ class RateLimitPaused(RedisLockError):
     """Raised by a rate-limited task's body when the API behind its limits says "back off"
     (a 429 with ``Retry-After``): the limits (``limits``: the names of some of the task's named
     limits; None: every limit of the call) admit nothing for ``retry_after`` seconds, on every
-    worker, and this call is re-queued for after the pause, never lost.
+    worker, and this call is re-queued for after the pause, never lost. A bound task may call
+    ``self.request.redislock.pause(retry_after, limits)`` instead, which raises it.
 
     Raised elsewhere (a task with no rate limit, an eager call) it is an error like any other.
     """

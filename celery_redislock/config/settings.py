@@ -45,6 +45,9 @@ SETTING_DEFAULTS: dict[str, Any] = {
     "redislock_max_postpone": None,
     # Named rate limits, name -> rate(s) (config.limits).
     "redislock_limits": None,
+    # The worker's Prometheus endpoint (config.metrics): None serves none.
+    "redislock_metrics_port": None,
+    "redislock_metrics_host": "127.0.0.1",
 }
 
 

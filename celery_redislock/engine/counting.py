@@ -8,7 +8,7 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 __all__ = [
     "CORE_COUNTERS",
@@ -27,7 +27,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CountListener = Callable[[str, int], None]
+#: Told of each count: ``(name, by, task)``, the task's name when the count is one task's
+#: (None: a count of no task's, a lock taken outside Celery).
+CountListener = Callable[[str, int, Optional[str]], None]
 
 #: The core's counters (the lock itself, whatever the mode): name -> what it counts.
 CORE_COUNTERS: Mapping[str, str] = {
@@ -42,6 +44,8 @@ CORE_COUNTERS: Mapping[str, str] = {
     # Counted in the sending process: a worker reports those its own tasks sent.
     "refused_at_send": '``apply_async`` / ``delay`` calls refused by a ``lock_on="enqueue"`` '
     "lock, nothing published",
+    "released_by_parent": "locks of a pool process that died, freed by the worker's main process "
+    "(in ``released`` too)",
 }
 
 #: Counters at most, every owner's together: a worker's shared table is laid out before it
@@ -115,7 +119,7 @@ def registered_counters() -> tuple[Counter, ...]:
 
 
 def add_count_listener(listener: CountListener) -> None:
-    """Call ``listener(name, by)`` for every count from now on (once, however often added)."""
+    """Call ``listener(name, by, task)`` for every count from now on (once, however often added)."""
     if listener not in _listeners:
         _listeners.append(listener)
 
@@ -125,8 +129,9 @@ def remove_count_listener(listener: CountListener) -> None:
         _listeners.remove(listener)
 
 
-def count(name: str, by: int = 1) -> None:
-    """``by`` more of the registered counter ``name``. Never raises: counts are made on a task's
+def count(name: str, by: int = 1, task: str | None = None) -> None:
+    """``by`` more of the registered counter ``name`` (of ``task``, a task's name, when it is
+    one task's event: the counts are also kept by task). Never raises: counts are made on a task's
     path, so an unknown name, or a listener that fails, is logged once at WARNING and the count
     dropped."""
     if name not in _positions:
@@ -134,7 +139,7 @@ def count(name: str, by: int = 1) -> None:
         return
     for listener in _listeners:
         try:
-            listener(name, by)
+            listener(name, by, task)
         except Exception as exc:
             _warn_once(
                 (listener, type(exc)),

@@ -117,10 +117,12 @@ def rate_keys(log: str) -> tuple[str, str, str]:
     return log, slot_key(log, "reserved"), slot_key(log, "hops")
 
 
-def grant_member(caller: str, attempt: int = 0) -> str:
+def grant_member(caller: str, attempt: int = 0, pauses: int = 0) -> str:
     """The log's entry of a start granted to ``caller`` (a task id) at its ``attempt``-th try
-    (``request.retries``): one per attempt, so a second copy of one finds it."""
-    return f"g:{caller}:{attempt}"
+    (``request.retries``) after ``pauses`` pauses re-queued it: one per attempt, so a second copy
+    of one finds it. ``g:<id>:<retries>``, and ``g:<id>:<retries>.p<pauses>`` after a pause (a
+    call re-queued by a pause starts anew, whatever its start before it)."""
+    return f"g:{caller}:{attempt}" + (f".p{pauses}" if pauses else "")
 
 
 def reservation_member(caller: str) -> str:

@@ -27,6 +27,7 @@ from .script_runner import ScriptRunner, package_script
 from .timing import to_ms, to_seconds
 
 __all__ = [
+    "RATE_BUCKET",
     "RATE_CANCEL",
     "RATE_LIMIT",
     "RATE_PAUSE",
@@ -52,6 +53,7 @@ RATE_LIMIT = _COMMON + package_script(__package__, "rate_limit.lua")
 RATE_CANCEL = _COMMON + package_script(__package__, "rate_cancel.lua")
 RATE_PAUSE = package_script(__package__, "rate_pause.lua")
 RATE_STATE = package_script(__package__, "rate_state.lua")
+RATE_BUCKET = package_script(__package__, "rate_bucket.lua")
 
 #: ``RateDecision.status`` by the script's reply.
 _STATUSES = ("granted", "reserved", "full", "kept", "started", "held")
@@ -104,14 +106,21 @@ class RateDecision:
 
 @dataclass(frozen=True)
 class RateState:
-    """A partition now: ``started`` units in the window that ends now, ``reserved`` units kept
-    for calls coming back later, ``next_free`` seconds until a new call could start, and
-    ``paused`` seconds until its pause ends (0: not paused)."""
+    """A partition now, by one of its rates: ``started`` units in the window that ends now,
+    ``reserved`` slots kept for calls coming back later, ``next_free`` seconds until a new call
+    could start, and ``paused`` seconds until its pause ends (0: not paused).
+
+    By a bucket rate (``burst``: its size; None for a window rate): ``tokens``, the units the
+    bucket holds for a new call now, and ``full_in``, seconds until it is full again (its TAT);
+    ``started`` is 0 (a bucket keeps no window)."""
 
     started: int
     reserved: int
     next_free: float
     paused: float = 0.0
+    burst: int | None = None
+    tokens: int = 0
+    full_in: float = 0.0
 
 
 def check_cost(limits: Sequence[Limit], cost: Cost, source: str) -> tuple[int, ...]:
@@ -170,13 +179,14 @@ def decide_limits(
     reserve: bool,
     max_wait: float | None = None,
     attempt: int = 0,
+    pauses: int = 0,
     token: str = "",
     next_token: str = "",
     cost: Cost = 1,
     source: str = "rate limit",
 ) -> RateDecision:
-    """Whether ``caller`` (its ``attempt``-th try, costing ``cost`` units) starts now under every
-    one of ``limits`` (one script call).
+    """Whether ``caller`` (its ``attempt``-th try after ``pauses`` pauses, costing ``cost``
+    units) starts now under every one of ``limits`` (one script call).
 
     ``reserve``: a caller that must wait keeps the next free slot in every limit (if it is at most
     ``max_wait`` seconds away), and is granted it when it asks again then with the same id.
@@ -187,7 +197,7 @@ def decide_limits(
     costs = check_cost(limits, cost, source)
     most = "0" if max_wait is None else str(to_ms(max_wait))
     args = [
-        grant_member(caller, attempt),
+        grant_member(caller, attempt, pauses),
         reservation_member(caller),
         "1" if reserve else "0",
         most,
@@ -231,10 +241,25 @@ def pause_limits(scripts: ScriptRunner, limits: Sequence[Limit], seconds: float)
     return to_seconds(int(scripts.run(RATE_PAUSE, keys, [str(to_ms(seconds))])))
 
 
-def rate_state(scripts: ScriptRunner, key: str, rate: Rate) -> RateState | None:
-    """The partition logged at ``key`` now, by ``rate`` (counted as a window), or None when ``key``
-    holds something else."""
-    log, reserved, *_, pause = limit_keys(key)
+def rate_state(scripts: ScriptRunner, key: str, rate: Rate, place: int = 1) -> RateState | None:
+    """The partition logged at ``key`` now, by ``rate`` (the ``place``-th of its limit's rates): a
+    window's starts, or a bucket's units; None when its key holds something else."""
+    log, reserved, _, bucket, pause = limit_keys(key)
+    if rate.burst is not None:
+        args = [str(rate.limit), str(rate.period_ms), str(rate.burst), str(place)]
+        found: Any = scripts.run(RATE_BUCKET, [bucket, pause, reserved], args)
+        if not found:
+            return None
+        tokens, full_ms, free_ms, paused_ms, waiting = (int(each) for each in found)
+        return RateState(
+            0,
+            waiting,
+            to_seconds(free_ms),
+            to_seconds(paused_ms),
+            rate.burst,
+            tokens,
+            to_seconds(full_ms),
+        )
     reply: Any = scripts.run(RATE_STATE, [log, reserved, pause], [str(rate.limit), str(rate.period_ms)])
     if not reply:
         return None

@@ -247,8 +247,8 @@ class RedisRateLimiter:
         return runtime_rates_of(self.client, self.overrides, self.name) or self.rates
 
     def state(self) -> RateState | None:
-        """The partition now, by its first current rate counted as a window (None when its key
-        holds something else)."""
+        """The partition now, by its first current rate: a window's starts, or a bucket's units
+        and TAT (None when its key holds something else)."""
         return rate_state(self._scripts, self.key, self.current_rates()[0])
 
     def __repr__(self) -> str:

@@ -4,14 +4,27 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from typing import Callable, Literal, Optional
 
 from .counting import count
+from .keys import parse_key
 from .leases import REDIS_ERRORS, Lease, LeaseEngine, RenewReport
 
-__all__ = ["LeaseEvent", "LeaseListener", "Renewer", "Wait", "add_listener", "get_renewer", "remove_listener"]
+__all__ = [
+    "CycleListener",
+    "LeaseEvent",
+    "LeaseListener",
+    "Renewer",
+    "Wait",
+    "add_cycle_listener",
+    "add_listener",
+    "get_renewer",
+    "remove_cycle_listener",
+    "remove_listener",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +40,13 @@ LeaseListener = Callable[[LeaseEvent, Lease, Optional[str]], None]
 #: it was set. The schedule's clock, injectable so that unit tests run it on a fake one.
 Wait = Callable[[threading.Event, Optional[float]], bool]
 
+#: Told, in the renewal thread, after each cycle: ``(every lease held now, the seconds each
+#: engine's renewal round trip took)``. How the worker's gauges (locks held, for how long) and
+#: its renewal latency are kept off the task's path.
+CycleListener = Callable[[list[Lease], list[float]], None]
+
 _listeners: list[LeaseListener] = []
+_cycle_listeners: list[CycleListener] = []
 
 
 def add_listener(listener: LeaseListener) -> None:
@@ -39,6 +58,26 @@ def add_listener(listener: LeaseListener) -> None:
 def remove_listener(listener: LeaseListener) -> None:
     if listener in _listeners:
         _listeners.remove(listener)
+
+
+def add_cycle_listener(listener: CycleListener) -> None:
+    """Tell ``listener`` of every renewal cycle of this process (and its children)."""
+    if listener not in _cycle_listeners:
+        _cycle_listeners.append(listener)
+
+
+def remove_cycle_listener(listener: CycleListener) -> None:
+    if listener in _cycle_listeners:
+        _cycle_listeners.remove(listener)
+
+
+def task_of_key(key: str) -> str | None:
+    """The task name in a lock key of the form ``<prefix>:<task>:<digest>``, else None (a
+    ``RedisLock`` named by its user): what a lost lock is counted against."""
+    try:
+        return parse_key(key)[1]
+    except ValueError:
+        return None
 
 
 def _tell(event: LeaseEvent, lease: Lease, other: str | None) -> None:
@@ -149,10 +188,13 @@ class Renewer:
                 self._renewing = True
                 for (engine, _, _), (lease, _) in self._held.items():
                     batches.setdefault(engine, []).append(lease)
+            latencies: list[float] = []
             try:
                 for engine, leases in batches.items():
                     try:
+                        started = self._clock()
                         outcome = engine.renew_many(leases)
+                        latencies.append(self._clock() - started)
                     except REDIS_ERRORS as exc:
                         count("redis_errors")
                         logger.warning(
@@ -164,11 +206,21 @@ class Renewer:
             finally:
                 with self._mutex:
                     self._renewing = False
+        if _cycle_listeners:
+            self._tell_cycle(latencies)
         return report
+
+    def _tell_cycle(self, latencies: list[float]) -> None:
+        held = [lease for _, lease in self.held()]
+        for listener in list(_cycle_listeners):
+            try:
+                listener(held, latencies)
+            except Exception:  # a listener's bug must not stop the renewal
+                logger.exception("A renewal cycle listener failed")
 
     def _report(self, engine: LeaseEngine, outcome: RenewReport) -> None:
         for lease in outcome.retaken:
-            count("retaken")
+            count("retaken", task=task_of_key(lease.key))
             logger.error(
                 "Lock %s was gone (expired, or Redis lost it) while %s held it: taken back",
                 lease.key,
@@ -176,7 +228,7 @@ class Renewer:
             )
             _tell("retaken", lease, None)
         for lease, other in outcome.stolen:
-            count("lost")
+            count("lost", task=task_of_key(lease.key))
             logger.error("Lost lock %s held by %s: it is now held by %s", lease.key, lease.holder, other)
             with self._mutex:  # someone else's now: stop renewing it
                 self._held.pop((engine, lease.key, lease.holder), None)
@@ -203,6 +255,7 @@ class Renewer:
         return self.renew_now()
 
     def _run(self) -> None:
+        untraced()
         while not self._stopping.is_set():
             self.step()
 
@@ -237,6 +290,23 @@ class Renewer:
                     "Could not release lock %s at shutdown: %r; it expires on its TTL", lease.key, exc
                 )
         return released
+
+
+def untraced() -> None:
+    """Keep this thread's calls out of OpenTelemetry traces, where OpenTelemetry is installed:
+    an instrumented Redis client would otherwise make a span of every renewal, drowning the
+    tasks' own. Set once in the thread's context (its own: a thread starts with an empty one)."""
+    if "opentelemetry" not in sys.modules:  # nobody traces in this process: import nothing
+        return
+    from opentelemetry import context
+
+    # The key instrumentations check (opentelemetry.instrumentation.utils), and its older,
+    # plain form, which some still read.
+    value = context.set_value("suppress_instrumentation", True)
+    key = getattr(context, "_SUPPRESS_INSTRUMENTATION_KEY", None)
+    if key is not None:
+        value = context.set_value(key, True, value)
+    context.attach(value)
 
 
 _renewer: Renewer | None = None

@@ -17,7 +17,9 @@ __all__ = [
     "time_of",
     "to_ms",
     "to_seconds",
+    "to_us",
     "ttl_seconds",
+    "us_seconds",
 ]
 
 #: Seconds a lock lives without renewal, unless told otherwise (``RedisLock``'s ``timeout``,
@@ -39,6 +41,16 @@ def to_ms(seconds: float, minimum: int = 1) -> int:
     """``seconds`` in whole milliseconds, the nearest, at least ``minimum``: Redis TTLs are
     whole milliseconds and ``PX 0`` is an error, hence the floor of 1 for a TTL."""
     return max(minimum, round(seconds * 1000))
+
+
+def to_us(seconds: float) -> int:
+    """``seconds`` in whole microseconds, the nearest: a duration summed in a 64-bit integer."""
+    return round(seconds * 1e6)
+
+
+def us_seconds(us: int) -> float:
+    """``us`` microseconds in seconds."""
+    return us / 1e6
 
 
 #: PTTL's replies that are no time left: the key has no TTL, the key does not exist.

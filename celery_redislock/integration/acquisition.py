@@ -41,6 +41,7 @@ from .liveness import process_alive
 from .mode import Mode
 from .request_lock import RedisLockInfo, unwatch, watch
 from .runtime import Runtime
+from .tracing import lock_event
 
 __all__ = [
     "Execution",
@@ -110,7 +111,7 @@ class Execution:
             engine.release(key, dead, notify=runtime.release_channel(key))
         # The parent was told nothing (Celery re-queued the message instead of failing it), so
         # this is the only trace of the dead child's lock: the same line the parent would log.
-        count("released")
+        count("released", task=self.task_name)
         logger.info(
             "Released lock %s of %s[%s]: its worker process died (holder %s; freed by its redelivery)",
             key,
@@ -166,17 +167,23 @@ class Holding:
         engine, lease, runtime = self.engine, self.lease, self.runtime
         self.renewer.discard(engine, lease)
         unwatch(self.info)
+        task = self.info.task_name
         try:
             if hand_to is not None:  # a lock (a semaphore's slot is never handed over)
                 runtime.engine.transfer(lease.key, lease.holder, *hand_to)
+                outcome = "handed_over"
             elif self.mode.on_release(self):  # released the mode's own way (a throttle's window)
-                return
+                outcome = "mode"
             elif engine.release(lease.key, lease.holder, notify=self._notice(lease.key)):
-                count("released")
+                count("released", task=task)
+                outcome = "released"
             else:
                 lost_at_release(lease)
+                outcome = "lost"
+            lock_event("release", task, lease.key, lease.holder, outcome)
         except REDIS_ERRORS as exc:
             count("redis_errors")
+            lock_event("release", task, lease.key, lease.holder, "redis_error")
             logger.warning(
                 "Could not release lock %s: %r; it expires in at most %ss",
                 lease.key,
@@ -237,7 +244,8 @@ def release_queued(runtime: Runtime, key: str, task_id: str) -> None:
 def _hold(
     execution: Execution, engine: LeaseEngine, lease: Lease, result: AcquireResult | None = None
 ) -> Holding:
-    count("acquired")
+    count("acquired", task=execution.task_name)
+    lock_event("acquire", execution.task_name, lease.key, lease.holder, "acquired")
     runtime = execution.runtime
     info = RedisLockInfo(
         lease.key,
@@ -294,7 +302,7 @@ def _wait(execution: Execution) -> AcquireResult:
         execution.options.acquire_timeout,
     )
     if result.acquired:
-        count("waited")
+        count("waited", task=execution.task_name)
     return result
 
 
@@ -312,7 +320,7 @@ def _acquire_slot(execution: Execution) -> Outcome:
     if not slot.acquired and options.on_duplicate == "wait" and options.acquire_timeout > 0:
         slot = _take_slot(engine, execution, blocking=True)
         if slot.acquired:
-            count("waited")
+            count("waited", task=execution.task_name)
     if not slot.acquired:
         # Every slot held, or the free ones owed to executions queued (on_duplicate="wait").
         holders = ", ".join(slot.holders) or "executions queued first"

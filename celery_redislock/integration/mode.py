@@ -6,9 +6,10 @@ before it), the plan that carries a task's mode and gates, and the registry both
 The glue asks only ``plan.mode`` and ``plan.gates``, resolved once per plan: it names no mode
 and tests no mode's option. Registering a mode or a gate adds its options to the schema
 (``config.schema``), its combination rules to the options' validation (``config.mode_rules``),
-so registration-time errors name both options, and its counters to those a worker keeps
-(``engine.counting``). That a plan has one mode is the registry's own rule (``one_mode``): no
-mode names the others it excludes.
+so registration-time errors name both options, its counters to those a worker keeps
+(``engine.counting``) and its Celery signals to the package's (``registered_signals``;
+``celery_redislock.signals`` is their public path). That a plan has one mode is the
+registry's own rule (``one_mode``): no mode names the others it excludes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, NoReturn, Protocol
+
+from celery.utils.dispatch import Signal
 
 from ..config.arguments import KeyBuilder
 from ..config.mode_rules import Clash, add_rule
@@ -36,6 +39,7 @@ __all__ = [
     "register_gate",
     "registered",
     "registered_gates",
+    "registered_signals",
 ]
 
 #: ``Task.apply_async`` of the task's Celery base: what finally publishes.
@@ -63,6 +67,8 @@ class Mode(Protocol):
     #: The counters the mode counts beside the core's (name -> what it counts), registered with
     #: the mode (``engine.counting``; ``inspect redislock_stats`` reports them).
     counters: ClassVar[Mapping[str, str]]
+    #: The Celery signals the mode sends (public name -> signal), registered with the mode.
+    signals: ClassVar[Mapping[str, Signal]]
 
     def selected_by(self, value: Any) -> bool:
         """Whether ``option`` set to ``value`` (in a task, a layer, or merged) selects the mode."""
@@ -126,6 +132,8 @@ class Gate(Protocol):
     options: ClassVar[tuple[OptionSpec, ...]]
     #: As ``Mode.counters``.
     counters: ClassVar[Mapping[str, str]]
+    #: As ``Mode.signals``.
+    signals: ClassVar[Mapping[str, Signal]]
     #: As ``Mode.key_suffixes``.
     key_suffixes: ClassVar[Mapping[str, str]]
 
@@ -181,6 +189,7 @@ class Send:
 _modes: list[Mode] = []
 _default: list[Mode] = []
 _gates: list[Gate] = []
+_signals: dict[str, Signal] = {}
 
 
 def register(mode: Mode, *, default: bool = False) -> None:
@@ -194,8 +203,10 @@ def register(mode: Mode, *, default: bool = False) -> None:
         return  # registered already (a module imported again)
     if mode.option is None:
         raise ValueError(f"mode {mode.name!r} names no option that selects it (its 'option')")
+    _check_signals(mode.signals, f"the {mode.name} mode")
     add_options(mode.options)
     add_counters(mode.counters, f"the {mode.name} mode")
+    _signals.update(mode.signals)
     _modes.append(mode)
     add_rule(mode.clash)
 
@@ -206,10 +217,18 @@ def register_gate(gate: Gate, *, first: bool = False) -> None:
     before the gates registered already (its counters still come after theirs)."""
     if any(known.name == gate.name for known in _gates):
         return
+    _check_signals(gate.signals, f"the {gate.name} gate")
     add_options(gate.options)
     add_counters(gate.counters, f"the {gate.name} gate")
+    _signals.update(gate.signals)
     _gates.insert(0 if first else len(_gates), gate)
     add_rule(gate.clash)
+
+
+def _check_signals(signals: Mapping[str, Signal], owner: str) -> None:
+    taken = [name for name, signal in signals.items() if _signals.get(name, signal) is not signal]
+    if taken:
+        raise ValueError(f"{owner} declares signals another mode or gate has: {', '.join(taken)}")
 
 
 def registered() -> tuple[Mode, ...]:
@@ -220,6 +239,11 @@ def registered() -> tuple[Mode, ...]:
 def registered_gates() -> tuple[Gate, ...]:
     """The registered gates, in the order they are asked."""
     return tuple(_gates)
+
+
+def registered_signals() -> Mapping[str, Signal]:
+    """The registered modes' and gates' signals, by public name."""
+    return dict(_signals)
 
 
 def gates_for(options: LockOptions) -> tuple[Gate, ...]:

@@ -17,7 +17,8 @@ from ..config.urls import mask_url
 from ..engine.counting import count
 from ..engine.holders import task_id_of
 from ..errors import DuplicateTaskError, LockUnavailableError
-from ..signals import send_duplicate
+from .signals import send_duplicate
+from .tracing import lock_event
 
 __all__ = [
     "SkippedAsSuccess",
@@ -26,6 +27,7 @@ __all__ = [
     "on_duplicate",
     "on_redelivered",
     "on_redis_error",
+    "redelivered",
     "requeue",
     "retry_duplicate",
     "skip",
@@ -39,6 +41,9 @@ logger = logging.getLogger(__name__)
 #: and the task would be dropped (``Reject``). This one waits for the broker as long as it takes,
 #: a WARNING per failed attempt, so the task is never lost.
 BROKER_WAIT_INTERVAL_MAX = 5.0
+
+#: The request attribute holding what ``finished`` read from the result backend.
+FINISHED_FIELD = "redislock_finished"
 
 if TYPE_CHECKING:
     from celery import Task
@@ -57,7 +62,8 @@ def on_duplicate(
     strategy = strategy or options.on_duplicate
     send_duplicate(task, str(request.id), key, holder, strategy, "execute")
     if strategy == "raise":
-        count("skipped")
+        count("skipped", task=task.name)
+        lock_event("skip", task.name, key, holder, "raised")
         raise error
     # Out of retries (or eager, where nothing can be re-queued) it ends as a skip.
     retries_left = task.max_retries is None or request.retries < task.max_retries
@@ -71,7 +77,8 @@ def retry_duplicate(
 ) -> NoReturn:
     """Re-queued in ``retry_countdown``, counted ``retried``; ``unlimited``: by ``requeue``, not
     bounded by the task's ``max_retries``."""
-    count("retried")
+    count("retried", task=task.name)
+    lock_event("skip", task.name, error.key, error.holder, "retried")
     logger.info(
         "Retrying duplicate %s[%s] in %ss: %s is held by %s",
         task.name,
@@ -131,7 +138,8 @@ def skip(task: AnyTask, options: LockOptions, error: DuplicateTaskError) -> NoRe
     once, as ``skip_result`` says: a FAILURE holding ``error`` (no on_failure / task_failure),
     a SUCCESS naming the holder (returned through Celery's success path, so a chord or a chain
     goes on), or nothing (except in a chord, which waits for every member: FAILURE)."""
-    count("skipped")
+    count("skipped", task=task.name)
+    lock_event("skip", task.name, error.key, error.holder, "skipped")
     request = task.request
     logger.info("Skipped duplicate %s[%s]: %s is held by %s", task.name, request.id, error.key, error.holder)
     stored = options.skip_result
@@ -154,7 +162,7 @@ def on_redelivered(task: AnyTask, options: LockOptions, key: str, holder: str) -
     error = DuplicateTaskError(task.name, str(request.id), key, holder, task_id_of(holder))
     if request.is_eager:
         skip(task, options, error)
-    count("retried")
+    count("retried", task=task.name)
     countdown = options.renew_interval_s
     logger.info(
         "Re-queued redelivered %s[%s] in %ss: %s is held by its other delivery %s",
@@ -170,9 +178,25 @@ def on_redelivered(task: AnyTask, options: LockOptions, key: str, holder: str) -
     raise Ignore()
 
 
+def redelivered(request: Any) -> bool:
+    """Whether the broker marked this delivery as one given out before (kombu's Redis transport
+    when it restores an unacknowledged message, RabbitMQ when a consumer went away without
+    acknowledging it)."""
+    return bool((request.delivery_info or {}).get("redelivered"))
+
+
 def finished(task: AnyTask) -> bool:
-    """Whether this task id already has a final result (a re-queued copy is then dropped)."""
-    task_id = str(task.request.id)
+    """Whether this task id already has a final result (a re-queued copy is then dropped).
+    Asked of the result backend once a delivery: a gate and the mode both ask, moments apart."""
+    request = task.request
+    fields = vars(request)
+    known: bool | None = fields.get(FINISHED_FIELD)
+    if known is None:
+        known = fields[FINISHED_FIELD] = _finished(task, str(request.id))
+    return known
+
+
+def _finished(task: AnyTask, task_id: str) -> bool:
     if task.ignore_result or isinstance(task.backend, DisabledBackend):
         return False
     try:

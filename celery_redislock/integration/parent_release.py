@@ -48,7 +48,8 @@ def release_for(task: SingletonTask, context: Any, why: str, pid: int | None = N
         for dead, reason in _processes(engine, key, task_id, context.hostname, pid, why):
             prefix = holder_prefix(task_id, context.hostname, dead)
             if engine.release_holder_prefix(key, prefix, notify=runtime.release_channel(key)):
-                count("released")
+                count("released", task=task.name)
+                count("released_by_parent", task=task.name)
                 logger.info("Released lock %s of %s[%s]: %s", key, task.name, context.id, reason)
                 freed = True
         return freed

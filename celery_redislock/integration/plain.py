@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
+from celery.utils.dispatch import Signal
+
 from ..config.mode_rules import Clash
 from ..config.options import LockOptions
 from ..config.schema import OptionSpec
@@ -32,6 +34,7 @@ class PlainMode:
     retry_keeps_lock: ClassVar[bool] = False
     key_suffixes: ClassVar[Mapping[str, str]] = {}
     counters: ClassVar[Mapping[str, str]] = {}
+    signals: ClassVar[Mapping[str, Signal]] = {}
     #: Whether the mode sends its calls its own way (``send``), so a call of a task that may
     #: select it goes through its plan (``sends_through``); False: the plain ``send`` serves it.
     own_send: ClassVar[bool] = False
@@ -66,8 +69,10 @@ class PlainMode:
         return sending.send(call)
 
     def before_acquire(self, task: AnyTask, execution: Execution) -> None:
-        if execution.retries:
-            # A re-queued copy of a redelivered message whose original may have finished meanwhile.
+        if execution.retries or outcomes.redelivered(task.request):
+            # A re-queued copy of a redelivered message whose original may have finished
+            # meanwhile, or a message given out again after its run ended (the worker died
+            # before the ack): its lock is free, only the result backend knows it ran.
             outcomes.drop_finished(task)
 
     def acquire(self, task: AnyTask, execution: Execution) -> Outcome | None:

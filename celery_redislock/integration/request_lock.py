@@ -4,12 +4,13 @@ reports of a lost or re-taken lock reach it and the ``lock_lost``/``lock_retaken
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from ..engine.leases import Client, Lease
 from ..engine.renewal import LeaseEvent, add_listener
 from ..engine.timing import server_time
-from ..signals import lock_lost, lock_retaken, send_lease_event
+from ..errors import RateLimitPaused
+from .signals import lock_lost, lock_retaken, send_lease_event
 
 __all__ = ["RedisLockInfo", "unwatch", "watch"]
 
@@ -68,6 +69,14 @@ class RedisLockInfo:
             elapsed = time.monotonic() - self._started
             self._acquired_at = server_time(self._client) - elapsed
         return self._acquired_at
+
+    def pause(self, retry_after: float, limits: list[str] | tuple[str, ...] | None = None) -> NoReturn:
+        """The API behind the task's rate limits said "back off" (a 429 with ``Retry-After``):
+        its limits (``limits``: some of its named ones; None: all of the call's) admit nothing
+        for ``retry_after`` seconds on every worker, and this call is re-queued for after the
+        pause. Does not return: it raises ``RateLimitPaused``, which the rate limit handles as
+        when the body raises it (logged, counted, signalled; an error on a task without one)."""
+        raise RateLimitPaused(retry_after, limits)
 
     def sender(self) -> Any:
         """The task, as its app knows it by the name the holder's execution ran."""

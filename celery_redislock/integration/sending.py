@@ -18,9 +18,9 @@ from ..engine.holders import queued_id, task_id_of
 from ..engine.leases import REDIS_ERRORS
 from ..engine.timing import to_ms
 from ..errors import LockUnavailableError
-from ..signals import send_duplicate
 from .mode import Plan, Send
 from .runtime import Runtime, app_layers_ask, runtime_for
+from .signals import send_duplicate
 
 __all__ = [
     "EXPIRY_MARGIN_MS",
@@ -78,7 +78,7 @@ def send(call: Send) -> Any:
         unreachable_at_send(logger, call, task_id, key, exc, "without an enqueue lock", strict=True)
         return publish(args, kwargs, task_id, headers=headers, **options)
     if not result.acquired and new_call:
-        count("refused_at_send")
+        count("refused_at_send", task=task.name)
         plan.mode.on_refused_at_send(task, plan.options, key, result.holder)
         logger.info("Not sending duplicate %s: %s is held by %s", task.name, key, result.holder)
         send_duplicate(task, task_id, key, result.holder, plan.options.on_duplicate, "enqueue")

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from celery import Celery, Task
 from celery.exceptions import Retry
@@ -53,6 +54,37 @@ class SingletonTask(_TaskBase):
     (``@app.task(base=SingletonTask, lock_timeout=60)`` or a subclass attribute), it wins over
     ``redislock_queues[queue]`` and ``redislock_options``.
     """
+
+    if TYPE_CHECKING:
+        # What type checkers see of the options, which are set at runtime from their specs: one
+        # line a spec, typed as its kind says (tests/unit/test_architecture.py checks both ways
+        # and prints the lines a new option needs).
+        lock_timeout: ClassVar[float | None]
+        renew_interval: ClassVar[float | None]
+        lock_key: ClassVar[list[str] | Callable[..., Any] | None]
+        on_duplicate: ClassVar[str | None]
+        acquire_timeout: ClassVar[float | None]
+        retry_countdown: ClassVar[float | None]
+        release_on_retry: ClassVar[bool | None]
+        lock_on: ClassVar[str | None]
+        queued_timeout: ClassVar[float | None]
+        on_redis_error: ClassVar[str | None]
+        max_concurrency: ClassVar[int | None]
+        fencing: ClassVar[bool | None]
+        skip_result: ClassVar[str | None]
+        lock_until: ClassVar[str | None]
+        throttle: ClassVar[float | None]
+        keep_latest: ClassVar[bool | None]
+        debounce: ClassVar[float | None]
+        debounce_max: ClassVar[float | None]
+        global_rate_limit: ClassVar[str | None]
+        rate_limit_key: ClassVar[list[str] | Callable[..., Any] | None]
+        rate_limits: ClassVar[list[str] | dict[str, list[str] | Callable[..., Any] | None] | None]
+        rate_cost: ClassVar[int | Callable[..., Any] | dict[str, int | Callable[..., Any]] | None]
+        fair_key: ClassVar[list[str] | Callable[..., Any] | None]
+        fair_lanes: ClassVar[int | None]
+        fair_weights: ClassVar[dict[str, int] | Callable[..., Any] | None]
+        fair_cap: ClassVar[int | None]
 
     @classmethod
     def on_bound(cls, app: Celery) -> None:

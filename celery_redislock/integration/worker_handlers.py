@@ -139,7 +139,7 @@ def _release_discarded(task: SingletonTask, request: Any) -> None:
         runtime = runtime_for(task.app)
         for holder in (queued_id(task_id), handover_id(task_id)):
             if runtime.engine.release(key, holder, notify=runtime.release_channel(key)):
-                count("released")
+                count("released", task=task.name)
                 logger.info("Released lock %s of discarded %s[%s] (%s)", key, task.name, task_id, holder)
     except REDIS_ERRORS as exc:
         count("redis_errors")

@@ -38,7 +38,7 @@ from ..integration.mode import Send
 from ..integration.outcomes import drop_finished, retry_duplicate, skip
 from ..integration.plain import PlainMode
 from ..integration.sending import keyed_headers, seconds_until, unreachable_at_send
-from ..signals import send_duplicate
+from ..integration.signals import send_duplicate
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask

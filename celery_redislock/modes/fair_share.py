@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from celery.exceptions import Ignore
 from celery.signals import task_postrun, task_revoked
+from celery.utils.dispatch import Signal
 
 from ..config.arguments import KeyBuilder, digest
 from ..config.fair import Weights, check_lanes, check_weights, weight_of
@@ -113,6 +114,7 @@ class FairShareGate:
         "fair_capped": "fair calls over their tenant's ``fair_cap``, re-queued to their lane",
     }
     key_suffixes: ClassVar[Mapping[str, str]] = {CAP_SUFFIX: "fair share cap"}
+    signals: ClassVar[Mapping[str, Signal]] = {}
 
     def __init__(self) -> None:
         self._builders: dict[tuple[str, str, Any], KeyBuilder] = {}

@@ -5,9 +5,10 @@ one script call (``engine.rate_decisions``); the CLI's ``limit`` commands find t
 
 A named limit's keys carry one hash tag for the whole app (``named_base``): limits decided
 together must share a Redis Cluster slot, and tasks name any mix of them. On a Cluster this puts
-every named limit of the app on one node (docs/design.md, "Limits v2", says what that gives up);
-a ``global_rate_limit`` partition has its own tag, so a task may not mix it with named limits
-there (refused, naming both, at the call)."""
+every named limit of the app on one node (docs/design.md, "Limits v2", says what that gives up).
+A ``global_rate_limit`` partition logs beside its partition key, in its own slot, unless its task
+names limits too: then under the named limits' tag (``mixed_rate_key``), so the task's one
+decision touches one slot."""
 
 from __future__ import annotations
 
@@ -32,13 +33,14 @@ __all__ = [
     "PAUSES_HEADER",
     "CallLimits",
     "LimitResolver",
-    "attempt_of",
     "catalog_of",
     "limits_of_message",
     "message_headers",
+    "mixed_rate_key",
     "named_base",
     "named_log",
     "overrides_of",
+    "pauses_of",
     "rate_key",
 ]
 
@@ -49,6 +51,17 @@ RATE_SUFFIX = "rate"
 def rate_key(partition: str) -> str:
     """The Redis key of the log of ``partition`` (a key as ``KeyBuilder`` makes them)."""
     return slot_key(partition, RATE_SUFFIX)
+
+
+#: Marks a ``global_rate_limit`` partition's log kept under the named limits' tag: no limit's
+#: name holds an "@" (``config.limits``), so it is no named limit's key.
+MIXED_MARK = "@rate"
+
+
+def mixed_rate_key(key_prefix: str, partition: str) -> str:
+    """The log of ``partition`` (a key as ``KeyBuilder`` makes them) of a task that names limits
+    too: ``{redislock:limits}:@rate:<partition>``, in the named limits' cluster slot."""
+    return f"{named_base(key_prefix)}:{MIXED_MARK}:{partition}"
 
 
 def named_base(key_prefix: str) -> str:
@@ -83,8 +96,6 @@ LIMITS_HEADER = "redislock_rate_limits"
 #: The message header counting the pauses a call was re-queued by: each is a new attempt (its
 #: start counted again, not taken for a copy of the start before the pause).
 PAUSES_HEADER = "redislock_rate_pauses"
-#: Attempts of one call after a pause are numbered apart from its retries.
-PAUSE_STEP = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -166,15 +177,17 @@ class LimitResolver:
         args, kwargs = request.args or (), request.kwargs or {}
         source = source_task(task.name)
         limits: list[Limit] = []
+        prefix = runtime.settings.key_prefix
         own = options.value("global_rate_limit")
+        named = options.value("rate_limits") or ()
         if own is not None:
             spec = options.value("rate_limit_key")
-            partition = self._builder(runtime, task, "rate_limit_key", () if spec is None else spec)
-            limits.append(Limit(rate_key(partition.key(args, kwargs, task)), (rate_of(own),)))
-        named = options.value("rate_limits") or ()
+            builder = self._builder(runtime, task, "rate_limit_key", () if spec is None else spec)
+            partition = builder.key(args, kwargs, task)
+            log = mixed_rate_key(prefix, partition) if named else rate_key(partition)
+            limits.append(Limit(log, (rate_of(own),)))
         if named:
             catalog = catalog_of(runtime)
-            prefix = runtime.settings.key_prefix
             overrides = overrides_of(prefix)
             for name, spec in named:
                 declared = catalog.get(name)
@@ -234,10 +247,10 @@ def _evaluate(cost: Any, task: Any, args: Any, kwargs: Mapping[str, Any], source
         ) from None
 
 
-def attempt_of(retries: int, request: Any) -> int:
-    """The attempt a decision of the running call is: its retries, apart per pause."""
-    # A call re-queued by a pause is a new attempt: its grant is not its start before the pause.
-    return retries + PAUSE_STEP * int(vars(request).get(PAUSES_HEADER) or 0)
+def pauses_of(request: Any) -> int:
+    """How many pauses re-queued the running call (its grant is keyed by them and its retries:
+    a call re-queued by a pause starts anew, its start before the pause is not its copy's)."""
+    return int(vars(request).get(PAUSES_HEADER) or 0)
 
 
 def message_headers(calls: CallLimits, hop: str, request: Any) -> dict[str, Any]:

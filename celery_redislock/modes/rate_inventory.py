@@ -9,15 +9,22 @@ from collections.abc import Iterator
 
 from ..config.limits import NamedLimit
 from ..config.options import LockOptions
-from ..engine.keys import glob_escape, limit_keys
+from ..engine.keys import glob_escape, limit_keys, parse_key
 from ..engine.leases import as_text
 from ..engine.rate_decisions import RateState, rate_state, runtime_rates
 from ..engine.rates import rate_of
 from ..errors import ConfigurationError
 from ..integration.runtime import Runtime, task_options
-from .rate_calls import catalog_of, named_base, named_log, overrides_of
+from .rate_calls import MIXED_MARK, RATE_SUFFIX, catalog_of, named_base, named_log, overrides_of
 
-__all__ = ["LIMIT_SUFFIX", "describe_limit_key", "describe_rate_key", "named_keys", "partition_keys"]
+__all__ = [
+    "LIMIT_SUFFIX",
+    "describe_limit_key",
+    "describe_rate_key",
+    "named_keys",
+    "partition_keys",
+    "state_text",
+]
 
 #: What a named limit's partition is listed under (``other_keys``): not a suffix beside a lock
 #: key, its limit is read from the key itself.
@@ -47,7 +54,9 @@ def partition_keys(runtime: Runtime, name: str) -> list[str]:
 def named_keys(runtime: Runtime, task: str | None) -> Iterator[tuple[str, str, str]]:
     """``(key, tasks, LIMIT_SUFFIX)`` of each partition of the app's named limits (of those
     ``task`` names, if given); ``tasks``: the tasks known here naming the limit, joined by
-    ``,`` (``-`` when none is)."""
+    ``,`` (``-`` when none is). Then ``(key, task, RATE_SUFFIX)`` of each ``global_rate_limit``
+    partition kept under their tag (``rate_calls.mixed_rate_key``)."""
+    yield from _mixed_keys(runtime, task)
     users = _users(runtime)
     for name in sorted(catalog_of(runtime)):
         if task is not None and task not in users.get(name, ()):
@@ -55,6 +64,20 @@ def named_keys(runtime: Runtime, task: str | None) -> Iterator[tuple[str, str, s
         tasks = ",".join(sorted(users.get(name, ()))) or "-"
         for key in partition_keys(runtime, name):
             yield key, tasks, LIMIT_SUFFIX
+
+
+def _mixed_keys(runtime: Runtime, task: str | None) -> Iterator[tuple[str, str, str]]:
+    prefix = runtime.settings.key_prefix
+    head = f"{named_base(prefix)}:{MIXED_MARK}:"
+    for batch in runtime.engine.scan_batches(glob_escape(head) + "*"):
+        for raw in batch:
+            key = as_text(raw)
+            try:  # the log alone: the keys beside it (":reserved", ...) hold no partition key
+                key_prefix, key_task, _ = parse_key(key[len(head) :])
+            except ValueError:
+                continue
+            if key_prefix == prefix and task in (None, key_task):
+                yield key, key_task, RATE_SUFFIX
 
 
 def describe_limit_key(runtime: Runtime, key: str) -> str | None:
@@ -65,9 +88,13 @@ def describe_limit_key(runtime: Runtime, key: str) -> str | None:
     if limit is None:
         return f"limit {name}: not declared here"
     overrides = runtime_rates(runtime.scripts.client, overrides_of(runtime.settings.key_prefix))
-    rate = (overrides.get(name) or limit.rates)[0]
-    state = rate_state(runtime.scripts, key, rate)
-    return None if state is None else f"limit {name} {rate}: {_state_text(state)}"
+    shown = []
+    for place, rate in enumerate(overrides.get(name) or limit.rates, 1):
+        state = rate_state(runtime.scripts, key, rate, place)
+        if state is None:
+            return None
+        shown.append(f"{rate}: {state_text(state)}")
+    return f"limit {name} " + "; ".join(shown)
 
 
 def describe_rate_key(runtime: Runtime, key: str, task_name: str) -> str | None:
@@ -77,12 +104,19 @@ def describe_rate_key(runtime: Runtime, key: str, task_name: str) -> str | None:
     if rate is None:
         return "rate limit: no global_rate_limit known here for its task"
     state = rate_state(runtime.scripts, key, rate_of(rate))
-    return None if state is None else f"rate limit {rate}: {_state_text(state)}"
+    return None if state is None else f"rate limit {rate}: {state_text(state)}"
 
 
-def _state_text(state: RateState) -> str:
+def state_text(state: RateState) -> str:
+    """A partition's state in one line: a window's starts, or a bucket's units and TAT."""
     free = "now" if not state.next_free else f"in {state.next_free:.3f}s"
     paused = f", paused for {state.paused:.3f}s" if state.paused else ""
+    if state.burst is not None:
+        full = "full" if not state.full_in else f"full again in {state.full_in:.3f}s"
+        return (
+            f"bucket of {state.burst}: {state.tokens} free ({full}), {state.reserved} reserved, "
+            f"next free slot {free}{paused}"
+        )
     return f"{state.started} started in the window, {state.reserved} reserved, next free slot {free}{paused}"
 
 

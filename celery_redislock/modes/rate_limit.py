@@ -18,8 +18,9 @@ twice is told apart and dropped, and a copy revoked or expired in the worker giv
 
 Named limits (``rate_limits``, declared in ``redislock_limits`` or ``declare_limit``) and a cost
 per call (``rate_cost``) go through the same gate: a call's limits are decided in one script
-call (``rate_calls`` says which). A body that raises ``RateLimitPaused`` pauses them on every
-worker, and its call is re-queued for after the pause the way a postponed call is (``on_paused``).
+call (``rate_calls`` says which). A body that raises ``RateLimitPaused`` (or calls
+``self.request.redislock.pause``, which raises it) pauses them on every worker, and its call
+is re-queued for after the pause the way a postponed call is (``on_paused``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from celery.exceptions import Ignore
 from celery.signals import task_revoked
+from celery.utils.dispatch import Signal
 
 from ..config.limits import check_rate_cost, check_rate_limits
 from ..config.mode_rules import Clash
@@ -45,10 +47,10 @@ from ..engine.rates import optional_rate
 from ..engine.timing import to_ms
 from ..errors import RateLimitPaused
 from ..integration.acquisition import Execution
-from ..integration.outcomes import finished, requeue
+from ..integration.outcomes import finished, redelivered, requeue
 from ..integration.runtime import Runtime, runtime_for
 from ..integration.sending import expiry_ttl_ms
-from ..signals import send_rate_limited, send_rate_paused
+from ..integration.tracing import lock_event
 from .rate_calls import (
     HOP_HEADER,
     LIMITS_HEADER,
@@ -57,12 +59,13 @@ from .rate_calls import (
     RATE_SUFFIX,
     CallLimits,
     LimitResolver,
-    attempt_of,
     limits_of_message,
     message_headers,
+    pauses_of,
     rate_key,
 )
 from .rate_inventory import LIMIT_SUFFIX, describe_limit_key, describe_rate_key, named_keys
+from .rate_signals import SIGNALS, send_rate_limited, send_rate_paused
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
@@ -140,6 +143,7 @@ class RateLimitGate:
     }
     #: A partition's log, beside its partition key (``describe_key`` reads its state).
     key_suffixes: ClassVar[Mapping[str, str]] = {RATE_SUFFIX: "rate limit", LIMIT_SUFFIX: "named limit"}
+    signals: ClassVar[Mapping[str, Signal]] = SIGNALS
 
     def __init__(self) -> None:
         self.limits = LimitResolver()
@@ -186,7 +190,7 @@ class RateLimitGate:
         scripts = execution.runtime.scripts
         request = task.request
         token = vars(request).get(HOP_HEADER) or ""
-        if (request.delivery_info or {}).get("redelivered") and finished(task):
+        if redelivered(request) and finished(task):
             # Given out again (its worker died before the ack) after another copy of it ran: that
             # start may have left the log (kept one period), where the decision would not see it.
             drop_copy(task, execution, key, "it has run already")
@@ -197,7 +201,8 @@ class RateLimitGate:
                 calls.limits,
                 execution.task_id,
                 reserve=True,
-                attempt=attempt_of(execution.retries, request),
+                attempt=execution.retries,
+                pauses=pauses_of(request),
                 token=token,
                 next_token=hop,
                 cost=calls.costs,
@@ -252,7 +257,7 @@ class RateLimitGate:
         )
         if request.is_eager:  # nothing to re-queue
             raise paused
-        pauses = int(vars(request).get(PAUSES_HEADER) or 0) + 1
+        pauses = pauses_of(request) + 1
         vars(request)[PAUSES_HEADER] = pauses
         token = vars(request).get(HOP_HEADER) or ""
         hop = uuid.uuid4().hex
@@ -261,7 +266,8 @@ class RateLimitGate:
             calls.limits,
             task_id,
             reserve=True,
-            attempt=attempt_of(request.retries, request),
+            attempt=request.retries,
+            pauses=pauses,
             token=token,
             next_token=hop,
             cost=calls.costs,
@@ -319,7 +325,8 @@ def postpone(
         task.backend.mark_as_revoked(task_id, "expired", request=request)
         raise Ignore()
     if decision.status == "reserved" and not paused:
-        count("rate_limited")
+        count("rate_limited", task=task.name)
+        lock_event("postpone", task.name, key, task_id, "rate_limited", wait_seconds=wait)
         logger.info(
             "Rate-limited %s[%s]: %s; re-queued to start in %.3fs",
             task.name,

@@ -60,11 +60,11 @@ class ThrottleMode(PlainMode):
         return None
 
     def on_refused(self, task: AnyTask, options: LockOptions, key: str, holder: str) -> NoReturn:
-        count("throttled")
+        count("throttled", task=task.name)
         super().on_refused(task, options, key, holder)
 
     def on_refused_at_send(self, task: AnyTask, options: LockOptions, key: str, holder: str) -> None:
-        count("throttled")
+        count("throttled", task=task.name)
 
     def on_release(self, held: Holding) -> bool:
         """The run ended: keep its key for the rest of its window (released if none is left).

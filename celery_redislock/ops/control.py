@@ -16,6 +16,7 @@ __all__ = ["redislock_stats"]
 # rejects names it does not know): importing celery_redislock imports this module.
 @inspect_command()
 def redislock_stats(state: Any, **_: Any) -> dict[str, Any]:
-    """Lock counters of this worker (acquired, skipped, retried, lost, released, ...)."""
+    """Lock counters of this worker (acquired, skipped, retried, lost, released, ...), in all
+    and by task (``{"tasks": {task name: {counter: n}}}``, the tasks that counted)."""
     # Answered by the worker's main process; prefork children share its counters (stats.py).
-    return {"pid": os.getpid(), "counters": counters.snapshot()}
+    return {"pid": os.getpid(), "counters": counters.snapshot(), "tasks": counters.by_task()}

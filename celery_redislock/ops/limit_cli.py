@@ -12,7 +12,9 @@ from celery.bin.base import CeleryCommand, CeleryOption
 from celery.exceptions import CeleryCommandException
 from celery.platforms import EX_FAILURE
 
+from ..engine.rate_decisions import RateState
 from ..errors import RedisLockError
+from ..modes.rate_inventory import state_text
 from .cli_common import cli_of, redis_errors, runtime_of
 from .limits import LimitInfo, pause_limit, reset_limit, set_limit, show_limits
 
@@ -47,13 +49,11 @@ def _lines(info: LimitInfo) -> list[str]:
     )
     lines = [f"{info.name}  {_rates(info.rates)}  [{source}]"]
     for partition in info.partitions:
-        state = partition.state
-        free = "now" if not state.next_free else f"in {state.next_free:.3f}s"
-        paused = f", paused for {state.paused:.3f}s" if state.paused else ""
-        lines.append(
-            f"  {partition.key}: {state.started} started in the window, {state.reserved} reserved, "
-            f"next free slot {free}{paused}"
-        )
+        if len(partition.states) == 1:
+            lines.append(f"  {partition.key}: {state_text(partition.state)}")
+            continue
+        lines.append(f"  {partition.key}:")  # a line by each rate, in the limit's order
+        lines.extend(f"    {rate}: {state_text(state)}" for rate, state in zip(info.rates, partition.states))
     return lines
 
 
@@ -67,14 +67,26 @@ def _json(info: LimitInfo) -> dict[str, Any]:
         "partitions": [
             {
                 "key": partition.key,
-                "started": partition.state.started,
-                "reserved": partition.state.reserved,
-                "next_free": partition.state.next_free,
-                "paused": partition.state.paused,
+                **_state_json(partition.state),
+                "rates": [
+                    {"rate": str(rate), **_state_json(state)}
+                    for rate, state in zip(info.rates, partition.states)
+                ],
             }
             for partition in info.partitions
         ],
     }
+
+
+def _state_json(state: RateState) -> dict[str, Any]:
+    """A partition's state by one rate (the partition's own fields are its first rate's)."""
+    shown: dict[str, Any] = {"kind": "window" if state.burst is None else "bucket"}
+    if state.burst is None:
+        shown["started"] = state.started
+    else:
+        shown.update(burst=state.burst, tokens=state.tokens, full_in=state.full_in)
+    shown.update(reserved=state.reserved, next_free=state.next_free, paused=state.paused)
+    return shown
 
 
 @click.group(name="limit")

@@ -33,11 +33,17 @@ __all__ = ["LimitInfo", "PartitionInfo", "pause_limit", "reset_limit", "set_limi
 
 @dataclass(frozen=True)
 class PartitionInfo:
-    """One partition of a named limit now: its log's ``key``, its ``state`` (by the limit's
-    first current rate, counted as a window; ``paused``: seconds left of a pause)."""
+    """One partition of a named limit now: its log's ``key`` and its ``states``, one by each of
+    the limit's current rates, in their order (a window's starts, or a bucket's units;
+    ``paused``: seconds left of a pause)."""
 
     key: str
-    state: RateState
+    states: tuple[RateState, ...]
+
+    @property
+    def state(self) -> RateState:
+        """The state by the limit's first rate."""
+        return self.states[0]
 
 
 @dataclass(frozen=True)
@@ -102,8 +108,8 @@ def show_limits(app: Celery) -> list[LimitInfo]:
         rates = overrides.get(name) or limit.rates
         partitions = []
         for key in partition_keys(runtime, name):
-            state = rate_state(runtime.scripts, key, rates[0])
-            if state is not None:
-                partitions.append(PartitionInfo(key, state))
+            states = [rate_state(runtime.scripts, key, rate, place) for place, rate in enumerate(rates, 1)]
+            if all(state is not None for state in states):  # else its key holds something else
+                partitions.append(PartitionInfo(key, tuple(state for state in states if state is not None)))
         shown.append(LimitInfo(name, rates, limit.rates, limit.source, name in overrides, tuple(partitions)))
     return shown

@@ -34,6 +34,10 @@ SETTING_DOCS = {
     "is lower) and on other brokers.",
     "redislock_limits": "Named rate limits, ``{name: rate}`` (``'10/s'``, ``['5/s', '20/m']``, "
     "``'10/s burst 50'``), shared by the tasks that name them in ``rate_limits``.",
+    "redislock_metrics_port": "The TCP port the worker's main process serves Prometheus "
+    "``/metrics`` on (the ``metrics`` extra). None: no endpoint.",
+    "redislock_metrics_host": "The address the metrics endpoint listens on: loopback unless told "
+    "otherwise (``0.0.0.0`` for a scraper on another host).",
     "redislock_compat_legacy_keys": "The compat bases also honour and clear the old libraries' "
     "keys (a rolling switch from celery-once / celery-singleton).",
 }

@@ -214,3 +214,36 @@ def test_on_a_cluster_limits_of_one_hash_tag_are_decided_together(cluster_client
     assert len({cluster_client.get_node_from_key(limiter.key).name for limiter in spread}) == 3
     with pytest.raises(OptionError, match=r"'p1', 'p0' are in different Redis Cluster slots"):
         RedisRateLimiter(cluster_client, "p1", "1/s", also=[spread[0]])
+
+
+def test_a_call_re_queued_by_a_pause_is_a_new_attempt_and_its_copy_is_told(
+    redislock_redis: redis.Redis,
+) -> None:
+    # What the task gate asks after a pause: the same task id and retries, one pause more.
+    scripts = ScriptRunner(redislock_redis)
+    limits = (Limit("redislock:rate:paused", (Rate(10, 1),)),)
+    assert decide_limits(scripts, limits, "t", reserve=True, attempt=1).status == "granted"
+    assert decide_limits(scripts, limits, "t", reserve=True, attempt=1).status == "started"
+    assert decide_limits(scripts, limits, "t", reserve=True, attempt=1, pauses=1).status == "granted"
+    assert decide_limits(scripts, limits, "t", reserve=True, attempt=1, pauses=1).status == "started"
+    assert sorted(grants(redislock_redis, limits[0].key)) == [b"g:t:1", b"g:t:1.p1"]
+
+
+def test_a_bucket_s_state_is_its_units_and_its_tat(redislock_redis: redis.Redis) -> None:
+    # A unit a minute: nothing refills while the test reads it. Seen red when the state counted a
+    # bucket as a window of N a period (3 started, the bucket's units unknown).
+    limiter = RedisRateLimiter(redislock_redis, "bucket", "1/m burst 5")
+    assert all(limiter.try_acquire() for _ in range(3))
+    state = limiter.state()
+    assert state is not None and state.burst == 5
+    assert (state.tokens, state.next_free, state.paused) == (2, 0.0, 0.0)
+    assert 179.0 < state.full_in <= 180.0  # three units of 60 s to refill
+    assert limiter.try_acquire(cost=2)
+    empty = limiter.state()
+    assert empty is not None and empty.tokens == 0
+    assert 59.0 < empty.next_free <= 60.0  # one unit's refill
+    assert 299.0 < empty.full_in <= 300.0
+    window = RedisRateLimiter(redislock_redis, "window", "5/m")
+    assert window.try_acquire()
+    counted = window.state()
+    assert counted is not None and (counted.burst, counted.started) == (None, 1)

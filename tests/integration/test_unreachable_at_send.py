@@ -41,7 +41,7 @@ def app() -> Iterator[Celery]:
 def counts() -> Iterator[list[str]]:
     seen: list[str] = []
 
-    def listener(name: str, by: int) -> None:
+    def listener(name: str, by: int, task: str | None) -> None:
         seen.extend([name] * by)
 
     add_count_listener(listener)

@@ -2,7 +2,9 @@
 
 The layers, lowest first; an import may only point down, or sideways inside one folder::
 
-    errors.py, signals.py < engine/ < config/ < integration/ < modes/ < ops/ < compat/, contrib/, __init__.py
+    errors.py < engine/ < config/ < integration/ < modes/ < ops/ < compat/, contrib/, signals.py, __init__.py
+
+(``signals.py`` is a public path only: each signal is declared by what sends it, below.)
 
 Every import is read: ``import x``, ``from x import y``, relative ones, those inside functions
 (a lazy import is still an arrow), and ``importlib.import_module`` with a literal name. Imports
@@ -29,7 +31,6 @@ ROOT = Path(celery_redislock.__file__).resolve().parent
 #: Each unit of the package and its rank; a unit is a top-level folder or module.
 RANKS = {
     "errors": 0,
-    "signals": 0,
     "engine": 1,
     "config": 2,
     "integration": 3,
@@ -37,6 +38,7 @@ RANKS = {
     "ops": 5,
     "compat": 6,
     "contrib": 6,
+    "signals": 6,
     "__init__": 6,
 }
 
@@ -384,7 +386,8 @@ def test_importing_the_config_loads_no_celery() -> None:
 def test_every_option_is_declared_once_by_its_spec() -> None:
     # One declaration per option (config.schema): the lock's as LockOption attributes of
     # LockOptions, a mode's in its OptionSpec. No class body writes an option down again (the
-    # task class's attributes, a second list of defaults): those read the schema.
+    # task class's attributes, a second list of defaults): those read the schema. (What type
+    # checkers see is under TYPE_CHECKING, checked against the specs below.)
     import celery_redislock.modes  # noqa: F401  (the modes register their options)
     from celery_redislock import SingletonTask
     from celery_redislock.config.schema import option_names
@@ -411,6 +414,71 @@ def test_every_option_is_declared_once_by_its_spec() -> None:
     # The task class reads them: each option an attribute, None ("ask the configuration").
     missing = sorted(name for name in names if vars(SingletonTask).get(name, "missing") is not None)
     assert not missing, f"options that are not a None attribute of SingletonTask: {missing}"
+
+
+def declared_type(kind: str) -> str:
+    """The annotation ``SingletonTask`` gives type checkers for an option of ``kind`` (the type as
+    users write it, from its spec): None means "ask the configuration"."""
+    annotation = kind.replace("callable", "Callable[..., Any]")
+    return f"ClassVar[{annotation if annotation.endswith('| None') else annotation + ' | None'}]"
+
+
+def type_declarations(source: str, class_name: str) -> dict[str, str]:
+    """``name: annotation`` of the ``if TYPE_CHECKING:`` block of class ``class_name``."""
+    [cls] = [
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ClassDef) and node.name == class_name
+    ]
+    return {
+        ast.unparse(statement.target): ast.unparse(statement.annotation)
+        for block in cls.body
+        if isinstance(block, ast.If) and ast.unparse(block.test).endswith("TYPE_CHECKING")
+        for statement in block.body
+        if isinstance(statement, ast.AnnAssign)
+    }
+
+
+def test_the_task_class_declares_each_option_to_type_checkers_as_its_spec_says() -> None:
+    # Set from the schema at runtime, the options are invisible to type checkers but for the
+    # TYPE_CHECKING block of SingletonTask: a line per spec, typed by its kind, none more.
+    import celery_redislock.modes  # noqa: F401  (the modes register their options)
+    from celery_redislock.config.schema import option_specs
+
+    task = MODULES[f"{PACKAGE}.integration.task"]
+    declared = type_declarations(task.read_text(encoding="utf-8"), "SingletonTask")
+    expected = {spec.name: declared_type(spec.kind) for spec in option_specs()}
+    wrong = [
+        f"        {name}: {annotation}"
+        for name, annotation in expected.items()
+        if declared.get(name) != annotation
+    ]
+    extra = sorted(set(declared) - set(expected))
+    assert not wrong and not extra, (
+        f"{task.relative_to(ROOT.parent)}: SingletonTask's TYPE_CHECKING block is not the options'"
+        " specs; write these lines there:\n" + "\n".join(wrong) + f"\nand remove: {extra}"
+    )
+
+
+def test_the_type_declarations_are_read_as_written() -> None:
+    # The reader above, on a class with a spec missing, one too many and one mistyped.
+    source = """
+class SingletonTask:
+    if TYPE_CHECKING:
+        lock_timeout: ClassVar[float | None]
+        rate_cost: ClassVar[int | Callable[..., Any] | dict[str, int | Callable[..., Any]] | None]
+        stale: ClassVar[int | None]
+    other: int = 1
+"""
+    assert type_declarations(source, "SingletonTask") == {
+        "lock_timeout": "ClassVar[float | None]",
+        "rate_cost": "ClassVar[int | Callable[..., Any] | dict[str, int | Callable[..., Any]] | None]",
+        "stale": "ClassVar[int | None]",
+    }
+    assert declared_type("float") == "ClassVar[float | None]"
+    assert declared_type("int | callable | dict[str, int | callable] | None") == (
+        "ClassVar[int | Callable[..., Any] | dict[str, int | Callable[..., Any]] | None]"
+    )
 
 
 def _counted(call: ast.Call) -> str | None:

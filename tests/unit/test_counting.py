@@ -31,6 +31,7 @@ REPORTED = (
     "released",
     "redis_errors",
     "refused_at_send",
+    "released_by_parent",
     "throttled",
     "replaced",
     "debounced",
@@ -49,7 +50,7 @@ def heard() -> Iterator[list[tuple[str, int]]]:
     """The counts made while the test runs, as a listener hears them."""
     seen: list[tuple[str, int]] = []
 
-    def listen(name: str, by: int) -> None:
+    def listen(name: str, by: int, task: str | None) -> None:
         seen.append((name, by))
 
     add_count_listener(listen)
@@ -97,7 +98,7 @@ def test_an_unknown_name_is_logged_once_and_never_raises(
 def test_a_failing_listener_is_logged_once_and_the_others_still_count(
     heard: list[tuple[str, int]], caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken(name: str, by: int) -> None:
+    def broken(name: str, by: int, task: str | None) -> None:
         raise OSError("no memory for the table")
 
     counting._listeners.insert(0, broken)

@@ -28,7 +28,7 @@ from celery_redislock.config import arguments
 from celery_redislock.config.arguments import MAX_DEPTH, KeyBuilder, canonical, digest
 from celery_redislock.config.options import source_task, validate
 from celery_redislock.engine import keys
-from celery_redislock.engine.keys import format_key, parse_key
+from celery_redislock.engine.keys import format_key, grant_member, parse_key
 from celery_redislock.errors import LockKeyError, OptionError
 from celery_redislock.modes.debounce import debounce_keys
 from celery_redislock.modes.keep_latest import latest_key
@@ -698,3 +698,11 @@ def test_a_rate_limiters_log_is_its_name_under_its_prefix() -> None:
     assert keys.rate_limiter_key("redislock:rate", "brief") == "redislock:rate:brief"
     assert keys.rate_limiter_key("", "brief") == "brief"
     assert keys.rate_keys("{t}:rate:brief")[1:] == ("{t}:rate:brief:reserved", "{t}:rate:brief:hops")
+
+
+def test_a_grant_is_keyed_by_the_retries_and_the_pauses_of_its_call() -> None:
+    # A call's attempt is what it means: retries, and after a pause the pauses apart from them
+    # (no number of retries can stand for a pause).
+    assert grant_member("t", 2) == "g:t:2"  # the form grants had before pauses: still read
+    assert grant_member("t", 0, 1) == "g:t:0.p1"
+    assert len({grant_member("t", retries, pauses) for retries in range(3) for pauses in range(3)}) == 9

@@ -20,13 +20,14 @@ SCRIPT = textwrap.dedent(
     """
     from typing import Any, ClassVar
     from celery import Celery
+    from celery.utils.dispatch import Signal
     import celery_redislock.modes  # the package's modes first: a later one names them in a clash
     from celery_redislock import OptionError, SingletonTask
     from celery_redislock.config.options import LockOptions, option_names
     from celery_redislock.config.schema import OptionSpec
     from celery_redislock.engine.checks import check_flag
     from celery_redislock.engine.counting import count, counter_names
-    from celery_redislock.integration.mode import register, register_gate
+    from celery_redislock.integration.mode import register, register_gate, registered_signals
     from celery_redislock.integration.plain import PlainMode
     from celery_redislock.integration.runtime import runtime_for
 
@@ -52,6 +53,7 @@ SCRIPT = textwrap.dedent(
             OptionSpec("audited", False, check_flag, "Audit it.", "bool", "audit"),
         )
         counters: ClassVar[dict[str, str]] = {"audit_refused": "calls the audit refused"}
+        signals: ClassVar[dict[str, Signal]] = {"task_audited": Signal(name="audit.task_audited")}
 
         def selects(self, options: LockOptions) -> bool:
             return bool(options.value("audited"))
@@ -66,6 +68,7 @@ SCRIPT = textwrap.dedent(
     register_gate(AuditGate())
     assert {"stamp", "audited"} <= option_names()
     assert counter_names()[-2:] == ("stamped", "audit_refused"), counter_names()
+    assert registered_signals()["task_audited"] is AuditGate.signals["task_audited"]
     from celery_redislock.ops.stats import counters
     count("stamped", 2)
     assert counters.snapshot()["stamped"] == 2 and counters.snapshot()["audit_refused"] == 0
@@ -130,6 +133,19 @@ SCRIPT = textwrap.dedent(
         assert "mode 'nameless' names no option that selects it" in str(exc), exc
     else:
         raise AssertionError("a mode no option selects was registered")
+
+    class EchoGate(AuditGate):  # a signal name another gate has: refused
+        name = "echo"
+        options: ClassVar[tuple[OptionSpec, ...]] = ()
+        counters: ClassVar[dict[str, str]] = {}
+        signals: ClassVar[dict[str, Signal]] = {"task_audited": Signal(name="echo.task_audited")}
+
+    try:
+        register_gate(EchoGate())
+    except ValueError as exc:
+        assert "the echo gate declares signals another mode or gate has: task_audited" in str(exc), exc
+    else:
+        raise AssertionError("a second signal named task_audited was registered")
     print("ok")
     """
 )

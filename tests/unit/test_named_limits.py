@@ -96,3 +96,21 @@ def test_a_pause_needs_seconds_and_limit_names() -> None:
             RateLimitPaused(seconds)
     with pytest.raises(OptionError, match="limits"):
         RateLimitPaused(1, "partner")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("prefix", ["redislock", "{tenant}:locks", "a:{b}:c"])
+def test_a_mixing_task_s_partition_shares_the_named_limits_slot_whatever_the_prefix(prefix: str) -> None:
+    # A user's prefix may carry a hash tag of its own: every key of the decision still shares one.
+    from redis.crc import key_slot
+
+    from celery_redislock.engine.keys import format_key, limit_keys
+    from celery_redislock.modes.rate_calls import mixed_rate_key, named_log, overrides_of
+
+    partition = format_key(prefix, "proj.sync", "0" * 32)
+    keys = [
+        *limit_keys(mixed_rate_key(prefix, partition)),
+        *limit_keys(named_log(prefix, "partner", "f" * 32)),
+        overrides_of(prefix),
+    ]
+    assert len({key_slot(key.encode()) for key in keys}) == 1
+    assert not mixed_rate_key(prefix, partition).startswith(named_log(prefix, "rate"))

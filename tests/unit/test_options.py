@@ -508,6 +508,8 @@ def test_setting_defaults() -> None:
         "redislock_use_ssl": None,
         "redislock_max_postpone": None,
         "redislock_limits": None,
+        "redislock_metrics_port": None,
+        "redislock_metrics_host": "127.0.0.1",
     }
 
 

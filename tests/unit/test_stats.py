@@ -15,8 +15,9 @@ import pytest
 
 from celery_redislock.engine import counting
 from celery_redislock.engine.counting import add_counters, counter_names
+from celery_redislock.ops import stats
 from celery_redislock.ops.control import redislock_stats
-from celery_redislock.ops.stats import Counters, counters
+from celery_redislock.ops.stats import LATENCY_BUCKETS, Counters, counters
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -257,3 +258,78 @@ print(before, counters._values is not None)
 """
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "True"]
+
+
+# Counters by task, the held-lock gauges and the renewal latency histogram: what a prefork
+# worker's children count by task, its parent reports, within bounds.
+
+ZERO = dict.fromkeys(counter_names(), 0)
+
+
+def test_counts_of_a_task_in_children_are_summed_by_task_in_the_parent() -> None:
+    # Seen red before the task column: by_task did not exist and the reply had no "tasks".
+    shared = shared_counters()
+    shared.incr("acquired", task="app.a")
+
+    def child() -> None:
+        shared.incr("acquired", task="app.b")  # a task first seen in a child: its slot is shared
+        shared.incr("skipped", 2, task="app.a")
+        shared.incr("released")  # no task's: in the totals only
+
+    assert in_child(child) == 0
+    assert in_child(child) == 0
+    assert shared.by_task() == {
+        "app.a": {**ZERO, "acquired": 1, "skipped": 4},
+        "app.b": {**ZERO, "acquired": 2},
+    }
+    assert shared.snapshot() == {**ZERO, "acquired": 3, "skipped": 4, "released": 2}
+    assert list(shared.by_task()["app.a"]) == list(counter_names())
+
+
+def test_a_reset_clears_the_counts_by_task_too() -> None:
+    shared = shared_counters()
+    shared.incr("lost", 3, task="app.a")
+    assert in_child(shared.reset) == 0
+    assert shared.by_task() == {"app.a": ZERO}
+    shared.incr("lost", task="app.a")
+    assert shared.by_task()["app.a"]["lost"] == 1
+
+
+def test_past_max_tasks_a_task_is_counted_in_the_totals_only(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(stats, "MAX_TASKS", 2)
+    shared = Counters()
+    shared.share()
+    with caplog.at_level(logging.WARNING, logger="celery_redislock.ops.stats"):
+        for task in ("app.a", "app.b", "app.c", "app.c"):
+            shared.incr("acquired", task=task)
+    assert set(shared.by_task()) == {"app.a", "app.b"}
+    assert shared.snapshot()["acquired"] == 4
+    [record] = caplog.records  # once a process, not once a count
+    assert "'app.c' in the totals only" in record.getMessage()
+
+
+def test_a_dead_childs_counts_by_task_are_kept_when_its_row_is_reused() -> None:
+    shared = Counters(rows=4)
+    shared.share()
+    for _ in range(4):
+        assert in_child(lambda: shared.incr("acquired", task="app.a")) == 0
+    assert shared.by_task()["app.a"]["acquired"] == 4
+
+
+def test_held_locks_are_reported_by_task_for_live_processes_only() -> None:
+    shared = shared_counters()
+    now = time.time()
+    shared.renewed([("app.a", now - 90), ("app.a", now - 30), ("app.b", now - 5)], [0.002, 0.3])
+    # A child that held a lock and died: its lock is no longer its, whatever it last wrote.
+    assert in_child(lambda: shared.renewed([("app.c", now)], [])) == 0
+    assert shared.held() == {"app.a": (2, int(now - 90)), "app.b": (1, int(now - 5))}
+
+    shared.renewed([("app.b", now - 5)], [0.002])  # the next cycle replaces the last one's
+    assert shared.held() == {"app.b": (1, int(now - 5))}
+
+    buckets, count, total = shared.latencies()
+    assert count == 3 and total == pytest.approx(0.304)
+    assert len(buckets) == len(LATENCY_BUCKETS) + 1
+    assert buckets[LATENCY_BUCKETS.index(0.0025)] == 2 and buckets[LATENCY_BUCKETS.index(0.5)] == 1

@@ -22,7 +22,7 @@ from celery.contrib.testing.worker import start_worker
 from celery.worker import state
 from kombu.asynchronous import set_event_loop
 
-from celery_redislock import OptionError, SingletonTask
+from celery_redislock import DuplicateTaskError, OptionError, SingletonTask
 from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
 from celery_redislock.integration.runtime import reset_runtime
 from tests.harness import RabbitMQServer
@@ -114,6 +114,14 @@ def wait_started(
     assert started, f"{count} execution(s) of {tag!r} did not start within {timeout}s"
     entries = [entry.decode().split() for entry in coord.lrange(f"started:{tag}", 0, -1)]
     return [(int(pid), task_id) for pid, task_id in entries]
+
+
+def skip_duplicates(client: Celery, task: str, tag: str, count: int) -> None:
+    """Send ``count`` calls of ``task(tag)`` while ``tag``'s holder runs: each is skipped (by
+    another child of a prefork worker, the holder's being busy)."""
+    for _ in range(count):
+        error = client.send_task(task, args=[tag]).get(timeout=15, propagate=False)
+        assert isinstance(error, DuplicateTaskError), error
 
 
 def stats_of(app: Celery, node: str) -> dict[str, Any] | None:

@@ -185,7 +185,7 @@ def test_redis_unreachable_at_send_sends_to_the_hashed_lane(
     app = make_app(redislock_url=f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
     sender = task.sender(app)
     counted: list[str] = []
-    listener = lambda name, by: counted.append(name)  # noqa: E731
+    listener = lambda name, *_: counted.append(name)  # noqa: E731
     add_count_listener(listener)
     try:
         with caplog.at_level(logging.WARNING, logger="celery_redislock.modes.fair_share"):

@@ -4,7 +4,9 @@ promises, on the server's clock: the starts the limiter's log records (``GrantRe
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -12,11 +14,17 @@ import redis
 from celery import Celery
 
 from celery_redislock import reset_limit, set_limit, show_limits
+from celery_redislock.config.arguments import KeyBuilder
 from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import poll
-from celery_redislock.integration.runtime import runtime_for
-from celery_redislock.modes.rate_calls import named_log
+from celery_redislock.engine.rate_decisions import Limit, decide_limits
+from celery_redislock.engine.rates import Rate
+from celery_redislock.engine.timing import server_time
+from celery_redislock.integration.runtime import run_function, runtime_for
+from celery_redislock.modes.rate_calls import mixed_rate_key, named_log, overrides_of
+from celery_redislock.ops.inventory import mode_keys
 from celery_redislock.ops.limit_cli import limit as limit_command
+from celery_redislock.ops.listing import lock_pattern
 from tests.harness import GrantRecorder, most_in_a_window
 
 from .conftest import WorkerProcess, stats_of
@@ -49,6 +57,39 @@ class Written:
 
     def __repr__(self) -> str:
         return self.source
+
+
+#: The pools and stores the cost, runtime-change and pause tests run on: the share test's, the
+#: first one in every run, the others marked slow (they repeat a promise on another pool).
+TOPOLOGIES = [
+    pytest.param("prefork", "single", id="prefork"),
+    pytest.param("threads", "single", id="threads", marks=pytest.mark.slow),
+    pytest.param("solo", "single", id="solo", marks=pytest.mark.slow),
+    pytest.param("gevent", "single", id="gevent", marks=pytest.mark.slow),
+    pytest.param("threads", "cluster", id="threads-cluster", marks=pytest.mark.slow),
+]
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest, urls: dict[str, str], locks: redis.Redis) -> Iterator[Store]:
+    """Where the test's limits live: the test's redis-server, or a Redis Cluster (every named
+    limit under one hash tag: one node decides them) when the test's ``store`` is "cluster"."""
+    kind = request.node.callspec.params.get("kind", "single")
+    if kind != "cluster":
+        yield Store(urls, locks)
+        return
+    url = request.getfixturevalue("cluster").url
+    client = make_client(url)
+    yield Store({**urls, "locks": url}, client)
+    client.close()
+
+
+@dataclass(frozen=True)
+class Store:
+    """The URLs a test's worker and app use and a client of its limits' Redis."""
+
+    urls: dict[str, str]
+    client: Any
 
 
 def log_of(app: Celery, name: str) -> str:
@@ -134,18 +175,20 @@ def test_two_tasks_sharing_a_limit_never_pass_it_together(
         client.close()
 
 
+@pytest.mark.parametrize(("pool", "kind"), TOPOLOGIES)
 def test_a_call_costing_3_of_30_a_second_starts_at_most_10_a_second(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    locks: redis.Redis,
+    pool: str,
+    kind: str,
+    store: Store,
     make_app: Callable[..., Celery],
     worker_process: Callable[..., WorkerProcess],
 ) -> None:
     # Seen red with the cost not given to the decision (each call one unit): 30 in one second.
     task = named_task("named.weighted", ["tokens"], rate_cost=3)
-    task.start(worker_process, urls, "-c", "2", "-n", node("cost"), module=settings({"tokens": "30/s"}))
-    app = make_app()
-    record = GrantRecorder(locks, log_of(app, "tokens"))
+    module = settings({"tokens": "30/s"})
+    task.start(worker_process, store.urls, "-c", "2", "-n", node("cost"), pool=pool, module=module)
+    app = make_app(redislock_url=store.urls["locks"])
+    record = GrantRecorder(store.client, log_of(app, "tokens"))
     send = task.sender(app)
     results = [send.delay("cost", n) for n in range(30)]
     assert sorted(result.get(timeout=60) for result in results) == list(range(30))
@@ -172,25 +215,28 @@ def test_a_call_costing_more_than_its_limit_fails_naming_it(
     assert poll(lambda: "more than limit 'small'" in proc.log(), 15)  # logged as the task's failure
 
 
+@pytest.mark.parametrize(("pool", "kind"), TOPOLOGIES)
 def test_a_limit_lowered_at_run_time_is_obeyed_by_two_workers(
-    urls: dict[str, str],
+    pool: str,
+    kind: str,
+    store: Store,
     coord: redis.Redis,
-    locks: redis.Redis,
     make_app: Callable[..., Celery],
     worker_process: Callable[..., WorkerProcess],
 ) -> None:
     # Seen red with the runtime rates not read by the decision: 18 in a second after the change.
     task = named_task("named.lowered", ["api"])
+    module = settings({"api": "20/s"})
     for _ in range(2):
-        task.start(worker_process, urls, "-c", "1", "-n", node("lowered"), module=settings({"api": "20/s"}))
-    app = make_app(redislock_limits={"api": "20/s"})
+        task.start(worker_process, store.urls, "-c", "1", "-n", node("lowered"), pool=pool, module=module)
+    app = make_app(redislock_url=store.urls["locks"], redislock_limits={"api": "20/s"})
+    locks = store.client
     record = GrantRecorder(locks, log_of(app, "api"))
     send = task.sender(app)
     results = [send.delay("lowered", n) for n in range(40)]
     assert poll(lambda: len(ran(coord, "lowered")) >= 10, 30)
     assert set_limit(app, "api", "5/s")[0].limit == 5
-    seconds, micros = locks.time()
-    changed = seconds + micros / 1e6
+    changed = server_time(locks)  # on a cluster, the clock of the node the limits live on
     assert sorted(result.get(timeout=90) for result in results) == list(range(40))
     grants = record.stop()
     after = [at for at in grants if at >= changed + 1.0]
@@ -225,28 +271,88 @@ def test_the_limit_commands_show_set_and_reset(make_app: Callable[..., Celery], 
     assert "paused for 29." in run("show").output or "paused for 30.000s" in run("show").output
 
 
+def test_limit_show_shows_a_burst_limit_as_a_bucket(make_app: Callable[..., Celery]) -> None:
+    # Seen red when every limit was shown as a window: "3 started in the window".
+    from celery.bin.base import CLIContext
+    from click.testing import CliRunner
+
+    app = make_app(redislock_limits={"api": "1/m burst 5", "plain": "5/m", "both": ["5/m", "1/m burst 5"]})
+    runtime = runtime_for(app)
+    prefix = runtime.settings.key_prefix
+    for name, rates in (
+        ("api", (Rate(1, 60, 5),)),
+        ("plain", (Rate(5, 60),)),
+        ("both", (Rate(5, 60), Rate(1, 60, 5))),
+    ):
+        limit = Limit(named_log(prefix, name), rates, name, overrides_of(prefix))
+        for caller in ("a", "b", "c"):
+            assert decide_limits(runtime.scripts, (limit,), caller, reserve=False)
+    context = CLIContext(app=app, no_color=True, workdir=".", quiet=False)
+    shown = CliRunner().invoke(limit_command, ["show"], obj=context).output
+    assert f"  {named_log(prefix, 'api')}: bucket of 5: 2 free (full again in 1" in shown
+    assert ", 0 reserved, next free slot now" in shown
+    assert f"  {named_log(prefix, 'plain')}: 3 started in the window, 0 reserved, next free slot now" in shown
+    listed = json.loads(CliRunner().invoke(limit_command, ["show", "--json"], obj=context).output)
+    (bucket,) = next(each for each in listed if each["name"] == "api")["partitions"]
+    assert (bucket["kind"], bucket["burst"], bucket["tokens"]) == ("bucket", 5, 2)
+    assert 179.0 < bucket["full_in"] <= 180.0
+    (window,) = next(each for each in listed if each["name"] == "plain")["partitions"]
+    assert (window["kind"], window["started"]) == ("window", 3)
+    # A limit of several rates: its partition by each of them (seen red with its first rate only).
+    assert f"  {named_log(prefix, 'both')}:\n    5/m: 3 started in the window, 0 reserved" in shown
+    assert "\n    1/m burst 5: bucket of 5: 2 free (full again in 1" in shown
+    (both,) = next(each for each in listed if each["name"] == "both")["partitions"]
+    assert [(each["rate"], each["kind"]) for each in both["rates"]] == [
+        ("5/m", "window"),
+        ("1/m burst 5", "bucket"),
+    ]
+    assert (both["kind"], both["started"], both["rates"][1]["tokens"]) == ("window", 3, 2)
+
+
+#: The two ways a body pauses its limits.
+PAUSES = {
+    "raise": "raise RateLimitPaused(retry_after=2)",
+    "method": "self.request.redislock.pause(retry_after=2)",
+}
+
+
+@pytest.mark.parametrize(
+    ("pool", "kind", "how"),
+    [
+        pytest.param("prefork", "single", "raise", id="prefork-raise"),
+        pytest.param("prefork", "single", "method", id="prefork-method"),
+        pytest.param("threads", "single", "method", id="threads-method", marks=pytest.mark.slow),
+        pytest.param("solo", "single", "raise", id="solo-raise", marks=pytest.mark.slow),
+        pytest.param("gevent", "single", "method", id="gevent-method", marks=pytest.mark.slow),
+        pytest.param("threads", "cluster", "raise", id="threads-cluster-raise", marks=pytest.mark.slow),
+    ],
+)
 def test_a_429_pause_stops_every_worker_for_its_duration_and_loses_nothing(
-    urls: dict[str, str],
+    pool: str,
+    kind: str,
+    how: str,
+    store: Store,
     coord: redis.Redis,
-    locks: redis.Redis,
     make_app: Callable[..., Celery],
     worker_process: Callable[..., WorkerProcess],
 ) -> None:
-    # Seen red with the pause not written (no pause seen in Redis) and with the paused call not
-    # re-queued (its caller got RateLimitPaused: one call lost).
-    body = """
+    # Seen red with the pause not written (no pause seen in Redis), with the paused call not
+    # re-queued (its caller got RateLimitPaused: one call lost), and, for the method, without
+    # RedisLockInfo.pause (its caller got the AttributeError).
+    body = f"""
     if n == 5 and coord.incr("429") == 1:  # the partner's one 429, on the first run of call 5
-        raise RateLimitPaused(retry_after=2)
-    coord.rpush("ran:" + tag, f"{n} {self.request.id}")
+        {PAUSES[how]}
+    coord.rpush("ran:" + tag, f"{{n}} {{self.request.id}}")
     return n
     """
     task = ModeTask("named.paused", "tag, n", body, {"rate_limits": ["partner"], "acks_late": True})
     module = "from celery_redislock import RateLimitPaused\n" + settings({"partner": "50/s"})
     names = [node("paused-a"), node("paused-b")]
     for name in names:
-        task.start(worker_process, urls, "-c", "1", "-n", name, module=module)
-    app = make_app()
+        task.start(worker_process, store.urls, "-c", "1", "-n", name, pool=pool, module=module)
+    app = make_app(redislock_url=store.urls["locks"])
     log = log_of(app, "partner")
+    locks = store.client
     record = GrantRecorder(locks, log)
     send = task.sender(app)
     results = [send.delay("paused", n) for n in range(30)]
@@ -268,20 +374,20 @@ def test_a_429_pause_stops_every_worker_for_its_duration_and_loses_nothing(
     )
 
 
+@pytest.mark.parametrize(("pool", "kind"), TOPOLOGIES)
 def test_a_burst_goes_through_then_the_steady_rate(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    locks: redis.Redis,
+    pool: str,
+    kind: str,
+    store: Store,
     make_app: Callable[..., Celery],
     worker_process: Callable[..., WorkerProcess],
 ) -> None:
     # Seen red with the burst read as a window of 10 a second: 40 of the 50 postponed.
     task = named_task("named.burst", ["api"])
-    proc = task.start(
-        worker_process, urls, "-c", "2", "-n", node("burst"), module=settings({"api": "10/s burst 30"})
-    )
-    app = make_app()
-    record = GrantRecorder(locks, log_of(app, "api"))
+    module = settings({"api": "10/s burst 30"})
+    proc = task.start(worker_process, store.urls, "-c", "2", "-n", node("burst"), pool=pool, module=module)
+    app = make_app(redislock_url=store.urls["locks"])
+    record = GrantRecorder(store.client, log_of(app, "api"))
     send = task.sender(app)
     results = [send.delay("burst", n) for n in range(50)]
     assert sorted(result.get(timeout=60) for result in results) == list(range(50))
@@ -290,3 +396,39 @@ def test_a_burst_goes_through_then_the_steady_rate(
         assert most_in_a_window(grants, window) <= 30 + 10 * window
     # The first 30 found the bucket full: at most the other 20 waited for their slot.
     assert proc.log().count("Rate-limited named.burst[") <= 20
+
+
+@pytest.mark.parametrize(
+    ("pool", "kind"),
+    [pytest.param("prefork", "single", id="prefork"), pytest.param("threads", "cluster", id="cluster")],
+)
+def test_a_task_mixes_its_own_global_rate_limit_with_a_named_limit(
+    pool: str,
+    kind: str,
+    store: Store,
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    # Seen red on a Cluster with the task's own partition under its own hash tag: every call
+    # failed with an OptionError (its limits in different slots).
+    task = named_task("named.mixed", ["partner"], global_rate_limit="5/s")
+    module = settings({"partner": "10/s"})
+    task.start(worker_process, store.urls, "-c", "2", "-n", node("mixed"), pool=pool, module=module)
+    app = make_app(redislock_url=store.urls["locks"], redislock_limits={"partner": "10/s"})
+    runtime = runtime_for(app)
+    prefix = runtime.settings.key_prefix
+    send = task.sender(app)
+    real = app.tasks[send.name]
+    partition = KeyBuilder(prefix, real.name, run_function(type(real)), (), option="rate_limit_key")
+    own = mixed_rate_key(prefix, partition.key(("mixed", 0), {}, real))  # one partition: any call's
+    mine, shared = GrantRecorder(store.client, own), GrantRecorder(store.client, log_of(app, "partner"))
+    results = [send.delay("mixed", n) for n in range(15)]
+    assert sorted(result.get(timeout=60) for result in results) == list(range(15))
+    starts, partner = mine.stop(), shared.stop()
+    assert len(starts) == len(partner) == 15
+    assert most_in_a_window(starts, 1.0) <= 5  # its own limit, the tighter one, held
+    assert ran(coord, "mixed") == list(range(15))
+    # 'redislock list' finds the task's partition under the named limits' tag, by its own rate.
+    rows = {key: text for key, _, text, _ in mode_keys(runtime, lock_pattern(prefix, None), None)}
+    assert rows[own].startswith("rate limit 5/s: ")

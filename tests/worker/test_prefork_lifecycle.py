@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import uuid
 from collections.abc import Callable
 
 import pytest
@@ -18,7 +19,7 @@ from celery import Celery
 
 from celery_redislock import DuplicateTaskError
 
-from .conftest import WorkerProcess, lock_keys, open_gate, poll, wait_started, worker_module
+from .conftest import WorkerProcess, lock_keys, open_gate, poll, stats_of, wait_started, worker_module
 
 TASKS = """
 @app.task(base=SingletonTask, bind=True, name="lifecycle.short", lock_timeout=2)
@@ -138,7 +139,8 @@ def test_sigkill_of_one_child_is_released_by_the_parent(
     client_app: Celery,
     start_worker: Callable[..., WorkerProcess],
 ) -> None:
-    proc = start_worker("-c", "2")
+    node = f"lifecycle-{uuid.uuid4().hex[:8]}@test"
+    proc = start_worker("-c", "2", "-n", node)
     result = client_app.send_task(LONG, args=["c"])
     [(child, task_id)] = wait_started(coord, "c")
     key, holder, pttl = the_lock(locks)
@@ -167,6 +169,10 @@ def test_sigkill_of_one_child_is_released_by_the_parent(
     log = proc.log()
     assert log.index(line) < log.index("WorkerLostError"), log
     assert log.count(f"Released lock {key} ") == 1, log
+    # Counted as the parent's release, of its task (the worker's /metrics reports it so).
+    stats = stats_of(client_app, node)
+    assert stats is not None and stats["tasks"][LONG]["released_by_parent"] == 1, stats
+    assert stats["counters"]["released_by_parent"] == 1, stats
     assert locks.get(live_key) == live_holder, "the live child's lock was freed"
     assert live_child in proc.child_pids()
     open_gate(coord, "live")

@@ -66,7 +66,7 @@ def test_inspect_redislock_stats_sums_the_counters_of_every_prefork_child(
 
     assert SingletonTask  # loading it registers the modes' counters here, as in the worker
     expected = dict.fromkeys(counter_names(), 0)
-    assert stats_of(client, node) == {"pid": proc.pid, "counters": expected}
+    assert stats_of(client, node) == {"pid": proc.pid, "counters": expected, "tasks": {}}
 
     # 5 distinct runs: acquired and released 5 times.
     results = [client.send_task("stats.quick", args=[n]) for n in range(5)]
@@ -86,20 +86,26 @@ def test_inspect_redislock_stats_sums_the_counters_of_every_prefork_child(
     assert holder.get(timeout=15) == holder_pid
     assert holder_pid in proc.children and holder_pid != proc.pid
 
+    zero = dict(expected)
     expected.update(acquired=6, released=6, skipped=3)
+    # And by task: each task's slot is taken by its first count, in whichever child.
+    by_task = {
+        "stats.quick": {**zero, "acquired": 5, "released": 5},
+        "stats.held": {**zero, "acquired": 1, "released": 1, "skipped": 3},
+    }
+    whole = {"pid": proc.pid, "counters": expected, "tasks": by_task}
 
     # The release runs after the task body returns: poll until it has landed.
     def settled() -> dict[str, Any] | None:
         reply = stats_of(client, node)
-        return reply if reply is not None and reply["counters"] == expected else None
+        return reply if reply == whole else None
 
     assert poll(settled, 15.0), stats_of(client, node)
-    assert stats_of(client, node) == {"pid": proc.pid, "counters": expected}
 
     # The real CLI: the -A module imports celery_redislock, which makes the name known to it.
     out = celery_inspect(proc, node, "--json")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == {node: {"pid": proc.pid, "counters": expected}}
+    assert json.loads(out.stdout) == {node: whole}
     # In the order they are registered (tests/unit/test_counting.py pins it), as before.
     assert list(json.loads(out.stdout)[node]["counters"]) == list(counter_names())
 

@@ -1,0 +1,47 @@
+"""The lock's events on the task's OpenTelemetry span: acquire, skip, postpone and release, each
+a span event with the key, holder and outcome, where the process traces.
+
+Nothing is imported here: a process traces when its set-up imported ``opentelemetry.trace``
+(the SDK's, or an instrumentation's), and the events go to the current span, which
+opentelemetry-instrumentation-celery makes the task's. A process without OpenTelemetry pays a
+dictionary lookup an event.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Union
+
+__all__ = ["lock_event"]
+
+logger = logging.getLogger(__name__)
+
+Attribute = Union[str, float, int]
+_failed: list[type[BaseException]] = []
+
+
+def lock_event(name: str, task: str, key: str, holder: str, outcome: str, **more: Attribute) -> None:
+    """Add the span event ``redislock.<name>`` of ``task``'s lock to the current span, if one is
+    recording. Never raises: it is on the task's path (a failing tracer is logged once, naming
+    the task)."""
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return
+    try:
+        span = trace.get_current_span()
+        if not span.is_recording():
+            return
+        # The task is the span's already (its name, celery.task_name): not repeated, as each
+        # attribute costs the SDK a check on every event.
+        attributes: dict[str, Attribute] = {
+            "redislock.key": key,
+            "redislock.holder": holder,
+            "redislock.outcome": outcome,
+        }
+        attributes.update((f"redislock.{field}", value) for field, value in more.items())
+        span.add_event(f"redislock.{name}", attributes)
+    except Exception as exc:
+        if type(exc) not in _failed:
+            _failed.append(type(exc))
+            logger.warning("Could not add the span event redislock.%s of %s", name, task, exc_info=True)
