@@ -1,0 +1,96 @@
+"""The Markdown table and the PNG chart of one ``benchmarks.fair_share`` run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .fair_share import runs_of, summary
+from .harness import _paired_ci, _paired_ratio
+
+#: What a variant is, in the table.
+LABELS = {
+    "plain": "plain Celery task",
+    "fair": '`SingletonTask`, `fair_key=["tenant"]`',
+}
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.0f} ms"
+
+
+def markdown(figures: dict[str, Any], command: str) -> str:
+    config = figures["config"]
+    lines = [
+        "# Fair share: tenant B behind tenant A's backlog",
+        "",
+        f"Produced by `{command}`. Tenant A's {config['n']:,} calls queued first, then a prefork "
+        f"worker (concurrency {config['concurrency']}, prefetch multiplier {config['prefetch']}) "
+        f"started; once it ran A's first calls, tenant B sent {config['b_calls']}. Bodies: "
+        f"{config['body_ms']:g} ms of CPU; broker: {config['broker']}. {config['repeats']} runs of "
+        "each task, interleaved.",
+        "",
+        "Machine: " + "; ".join(f"{k} {v}" for k, v in figures["machine"].items()),
+        "",
+    ]
+    for variant, why in figures["unavailable"].items():
+        lines.append(f"- **{variant}** was not measured: {why}")
+    lines += [
+        "",
+        "B's wait: publish to start (the sender's and the worker's clocks, one host), over every "
+        "run's calls. A ahead: how many of A's calls started between B's first publish and B's "
+        "last start (median and most of the runs), the bound in calls. Drain rate: starts per "
+        "second from the first to the last, the median of the runs; vs plain: each run's rate "
+        "over plain's in the same round, the median and a 95 % confidence interval.",
+        "",
+        "| task | B's wait p50 | p99 | A ahead (median, most) | drain rate | vs plain |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    rates = {variant: summary(runs_of(figures, variant))["drain_rates"] for variant in figures["runs"]}
+    for variant in figures["runs"]:
+        row = summary(runs_of(figures, variant))
+        versus = "-"
+        if variant != "plain" and "plain" in rates:
+            low, high = _paired_ci(rates[variant], rates["plain"])
+            spread = "" if low != low else f" ({low:.2f}-{high:.2f})"
+            versus = f"{_paired_ratio(rates[variant], rates['plain']):.3f}x{spread}"
+        median_rate = sorted(row["drain_rates"])[len(row["drain_rates"]) // 2]
+        lines.append(
+            f"| {LABELS.get(variant, variant)} | {_ms(row['b_wait_p50_s'])} | {_ms(row['b_wait_p99_s'])} "
+            f"| {row['a_ahead_median']:,.0f} ({row['a_ahead_max']:,}) | {median_rate:,.0f}/s | {versus} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def chart(figures: dict[str, Any], path: Path) -> bool:
+    """Each tenant's share of its calls started over time, in the first run of each variant;
+    False when matplotlib is not installed (the table is still written)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    variants = list(figures["runs"])
+    if not variants:
+        return False
+    fig, axes = plt.subplots(1, len(variants), figsize=(6.5 * len(variants), 4.2), sharey=True, squeeze=False)
+    for ax, variant in zip(axes[0], variants):
+        run = runs_of(figures, variant)[0]
+        for tenant, color in (("A", "#3070b0"), ("B", "#c04020")):
+            times = sorted(start[3] - run.b_first_sent for start in run.of(tenant))
+            shares = [100 * (i + 1) / len(times) for i in range(len(times))]
+            ax.step(times, shares, where="post", color=color, label=f"tenant {tenant} ({len(times):,} calls)")
+        ax.axvline(0, color="#888888", linewidth=1, linestyle="--")
+        ax.annotate("B sends", (0, 50), rotation=90, va="center", ha="right", color="#666666", fontsize=8)
+        ax.set_title(LABELS.get(variant, variant).replace("`", ""))
+        ax.set_xlabel("seconds since B's first call was published")
+        ax.legend(loc="lower right")
+    axes[0][0].set_ylabel("share of the tenant's calls started (%)")
+    fig.suptitle("Each tenant's starts over time (one run of each task)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
