@@ -40,8 +40,9 @@ def markdown(figures: dict[str, Any], command: str) -> str:
         "B's wait: publish to start (the sender's and the worker's clocks, one host), over every "
         "run's calls. A ahead: how many of A's calls started between B's first publish and B's "
         "last start (median and most of the runs), the bound in calls. Drain rate: starts per "
-        "second from the first to the last, the median of the runs; vs plain: each run's rate "
-        "over plain's in the same round, the median and a 95 % confidence interval.",
+        "second from B's first publish to the last start (the worker past its start-up), the "
+        "median of the runs; vs plain: each run's rate over plain's in the same round, the "
+        "median and a 95 % confidence interval.",
         "",
         "| task | B's wait p50 | p99 | A ahead (median, most) | drain rate | vs plain |",
         "|---|---:|---:|---:|---:|---:|",
@@ -76,7 +77,9 @@ def chart(figures: dict[str, Any], path: Path) -> bool:
     variants = list(figures["runs"])
     if not variants:
         return False
-    fig, axes = plt.subplots(1, len(variants), figsize=(6.5 * len(variants), 4.2), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(variants), figsize=(6.5 * len(variants), 4.2), sharex=True, sharey=True, squeeze=False
+    )
     for ax, variant in zip(axes[0], variants):
         run = runs_of(figures, variant)[0]
         for tenant, color in (("A", "#3070b0"), ("B", "#c04020")):

@@ -13,8 +13,8 @@ tenant B sends ``--b-calls``. Each body first records its tenant, the time its c
 published (the sender's clock) and its own start (the worker's clock: one host, one clock).
 Reported, per variant: B's wait (publish to start) p50 and p99 over every run's calls, how many
 of A's calls started between B's first publish and B's last start (the bound in calls, which no
-load on the machine moves), and the drain rate (starts per second, first start to last, the
-sender idle), its ratio fair/plain paired per run. Variants alternate, in an order shuffled per
+load on the machine moves), and the drain rate (starts per second from B's first publish to the
+last start, the sender idle), its ratio fair/plain paired per run. Variants alternate, in an order shuffled per
 run, so a slow stretch of the machine hits both. The chart draws each tenant's starts over time
 in one run of each variant.
 """
@@ -115,9 +115,14 @@ class Run:
 
     @property
     def drain_rate(self) -> float:
-        """Starts per second, first to last (the sender idle but for B's few calls)."""
-        times = sorted(start[3] for start in self.starts)
-        return (len(times) - 1) / (times[-1] - times[0]) if times[-1] > times[0] else float("nan")
+        """Starts per second from B's first publish to the last start: the worker busy with the
+        backlog, past its start-up, the sender idle but for B's few calls."""
+        times = sorted(start[3] for start in self.starts if start[3] >= self.b_first_sent)
+        return (
+            (len(times) - 1) / (times[-1] - times[0])
+            if len(times) > 1 and times[-1] > times[0]
+            else float("nan")
+        )
 
 
 @dataclass
