@@ -336,19 +336,7 @@ class KeyBuilder:
         if func is not None:
             text = self._call(func, task, args, kwargs)
             return self._head + digest(text)
-        arguments = self._bind_plain(args, kwargs)
-        if arguments is None:
-            try:
-                bound = self._signature.bind(*args, **kwargs)
-            except TypeError as exc:
-                raise LockKeyError(
-                    self.task_name,
-                    "(args, kwargs)",
-                    f"do not match the signature {self._described}: {exc}",
-                ) from None
-            # Defaults filled in, so f(1), f(x=1) and f(1, y=<default>) are one call.
-            bound.apply_defaults()
-            arguments = bound.arguments
+        arguments = self._bind_plain(args, kwargs) or self._bind(args, kwargs)
         task_name = self.task_name
         entries = []  # a loop, not a comprehension: before Python 3.12 a comprehension is a call
         for name_text, name in self._names:
@@ -356,6 +344,30 @@ class KeyBuilder:
         # self._names is sorted: the same text as canonical() of the dict {name: value}.
         text = '["dict",[' + ",".join(entries) + "]]"
         return self._head + digest(text)
+
+    def name(self, args: Sequence[Any], kwargs: Mapping[str, Any], task: Any = None) -> str:
+        """The call's selection readable (fair share's tenant): the callable's str, else the values
+        of ``names`` joined by ``:`` (a str or int as is, others canonical). Raises as ``key``."""
+        func = self._func
+        if func is not None:
+            return self._call(func, task, args, kwargs)
+        arguments = self._bind_plain(args, kwargs) or self._bind(args, kwargs)
+        parts = []
+        for _, name in self._names:
+            value = arguments[name]
+            plain = isinstance(value, (str, int)) and not isinstance(value, bool)
+            parts.append(str(value) if plain else canonical(value, task=self.task_name, argument=name))
+        return ":".join(parts)
+
+    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            problem = f"do not match the signature {self._described}: {exc}"
+            raise LockKeyError(self.task_name, "(args, kwargs)", problem) from None
+        # Defaults filled in, so f(1), f(x=1) and f(1, y=<default>) are one call.
+        bound.apply_defaults()
+        return dict(bound.arguments)
 
     def _bind_plain(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
         """What ``Signature.bind`` then ``apply_defaults`` give for a signature of named

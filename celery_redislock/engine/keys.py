@@ -7,6 +7,7 @@ import re
 
 __all__ = [
     "DIGEST_LENGTH",
+    "fair_keys",
     "fence_key",
     "format_key",
     "glob_escape",
@@ -146,3 +147,11 @@ def unit_member(member: str, unit: int) -> str:
     (``g:t:0`` -> ``g2:t:0``), so no task id can make two units' entries alike.
     ``lua/rate_common.lua``'s ``unit_member`` is this rule, for the units the script adds."""
     return member if unit == 0 else f"{member[0]}{unit}{member[1:]}"
+
+
+def fair_keys(prefix: str, queue: str) -> tuple[str, str, str]:
+    """The keys of fair share's lanes of ``queue``, in one cluster slot (:func:`slot_key`): each
+    lane's backlog (a hash), each tenant's backlog by lane (a hash), and each queued call's
+    tenant and lane (a hash, by task id). A prefix with a hash tag keeps it."""
+    base = f"{prefix}:fair:{queue}"
+    return slot_key(base, "load"), slot_key(base, "tenants"), slot_key(base, "calls")

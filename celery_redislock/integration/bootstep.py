@@ -14,7 +14,7 @@ from ..errors import RedisLockError
 from .runtime import runtime_for
 from .task import SingletonTask
 
-__all__ = ["EX_CONFIG", "SettingsCheck", "check_app"]
+__all__ = ["EX_CONFIG", "GateQueues", "SettingsCheck", "check_app", "gate_queues"]
 
 #: The worker's exit status when the check fails (sysexits.h: "configuration error").
 EX_CONFIG = getattr(os, "EX_CONFIG", 78)
@@ -72,6 +72,43 @@ def check_app(app: Celery, queues: Iterable[str]) -> str | None:
     except RedisLockError as exc:
         return _one_line(str(exc))
     return None
+
+
+class GateQueues(bootsteps.Step):
+    """Consume the queues a gate adds to those the worker consumes (fair share's lanes of each),
+    as the blueprint is applied: after the worker's ``-Q``/``-X`` selection, before its consumer
+    declares and consumes them."""
+
+    name = "celery_redislock.GateQueues"
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        app: Celery = parent.app
+        selected = app.amqp.queues
+        for name in gate_queues(app, _consumed_queues(app)):
+            if name not in selected.consume_from:
+                selected.select_add(name)  # type: ignore[arg-type]  # a name is what -Q gives it too
+
+
+def gate_queues(app: Celery, queues: Iterable[str]) -> list[str]:
+    """The queues the gates of ``app``'s SingletonTasks add to ``queues``, in order, once each.
+    None when the settings are wrong: ``SettingsCheck`` stops the worker and says why."""
+    tasks = [task for task in app.tasks.values() if isinstance(task, SingletonTask)]
+    if not tasks:
+        return []
+    added: dict[str, None] = {}
+    try:
+        runtime = runtime_for(app)
+        for queue in queues:
+            for task in tasks:
+                plan = runtime.plan(task, queue)
+                for gate in plan.gates:
+                    consumes = getattr(gate, "consumes", None)
+                    if consumes is not None:
+                        added.update(dict.fromkeys(consumes(task, plan.options, queue)))
+    except (RedisLockError, ValueError):
+        return []
+    return list(added)
 
 
 def _consumed_queues(app: Celery) -> list[str]:

@@ -115,7 +115,11 @@ class Gate(Protocol):
     runtime, options, paused)``, asked when the body raised ``RateLimitPaused``, ends the call
     (re-queued) or returns to let it fail; ``other_keys(runtime, task)``, the ``(key, task
     column, suffix)`` of keys it keeps apart from any lock key (of ``task`` if given), which
-    ``celery redislock list`` describes by ``describe_key`` as the others."""
+    ``celery redislock list`` describes by ``describe_key`` as the others; ``sends_through(task)``,
+    whether a call of ``task`` may pass through it, so its send must be planned, and then
+    ``on_send(call)``, the ``Send`` to hand the mode instead (one that publishes elsewhere);
+    ``consumes(task, options, queue)``, the names of queues a worker consuming ``queue`` must
+    consume too, for ``task``'s calls (``bootstep.GateQueues`` adds them)."""
 
     name: ClassVar[str]
     #: The options the gate owns (``config.schema``): registering the gate registers them.
@@ -196,14 +200,15 @@ def register(mode: Mode, *, default: bool = False) -> None:
     add_rule(mode.clash)
 
 
-def register_gate(gate: Gate) -> None:
+def register_gate(gate: Gate, *, first: bool = False) -> None:
     """Register ``gate``: plans whose options it selects pass through it, its options join the
-    schema, its rules the options' validation and its counters those kept."""
+    schema, its rules the options' validation and its counters those kept. ``first``: asked
+    before the gates registered already (its counters still come after theirs)."""
     if any(known.name == gate.name for known in _gates):
         return
     add_options(gate.options)
     add_counters(gate.counters, f"the {gate.name} gate")
-    _gates.append(gate)
+    _gates.insert(0 if first else len(_gates), gate)
     add_rule(gate.clash)
 
 

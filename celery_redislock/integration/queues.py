@@ -5,11 +5,25 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["QUEUE_FIELD", "consumed_queue"]
+__all__ = ["LANE_MARK", "QUEUE_FIELD", "base_queue", "consumed_queue", "lane_name"]
 
 #: The request attribute carrying the queue a message was consumed from: set by the worker's
 #: consumer (``worker_handlers``), read where a task's options are resolved (``task``).
 QUEUE_FIELD = "redislock_queue"
+#: What joins a queue's name and a lane's number in the lane's name (fair share): ``Q.fair.3``, a
+#: queue name RabbitMQ and Redis both take, next to ``Q`` in a sorted list.
+LANE_MARK = ".fair."
+
+
+def lane_name(queue: str, lane: int) -> str:
+    """The name of lane ``lane`` of ``queue``."""
+    return f"{queue}{LANE_MARK}{lane}"
+
+
+def base_queue(name: str) -> str:
+    """The queue whose lane ``name`` is (``lane_name``), or ``name`` itself when it is no lane."""
+    head, mark, number = name.rpartition(LANE_MARK)
+    return head if mark and head and number.isdigit() else name
 
 
 def consumed_queue(
@@ -26,7 +40,7 @@ def consumed_queue(
     if tag:
         for name, active in tags.items():
             if active == tag:
-                return name
+                return base_queue(name)
     exchange = delivery_info.get("exchange")
     routing_key = delivery_info.get("routing_key")
     matches = [
@@ -37,4 +51,4 @@ def consumed_queue(
     ]
     if not matches:
         return None
-    return str(routing_key) if routing_key in matches else str(matches[0])
+    return base_queue(str(routing_key) if routing_key in matches else str(matches[0]))

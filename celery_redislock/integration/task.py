@@ -19,7 +19,7 @@ from . import outcomes
 from . import sending as enqueue
 from .acquisition import Execution, Holding, Refused
 from .keywords import CELERY_NAMES, check_keywords
-from .mode import Plan, Send, registered
+from .mode import Plan, Send, registered, registered_gates
 from .plain import PlainMode  # noqa: F401  (imported: registers the default mode)
 from .queues import QUEUE_FIELD
 from .runtime import Runtime, run_function, runtime_for, send_routes, task_options
@@ -208,7 +208,12 @@ class SingletonTask(_TaskBase):
             # Most tasks lock at execution: sending them needs no lock settings, no Redis.
             return super().apply_async(args, kwargs, task_id, *rest, **options)
         runtime, plan = enqueue.send_plan(self, options)
-        return plan.mode.send(Send(self, runtime, plan, super().apply_async, args, kwargs, task_id, options))
+        call = Send(self, runtime, plan, super().apply_async, args, kwargs, task_id, options)
+        for gate in plan.gates:  # a gate may route what is published (fair share: to a lane)
+            on_send = getattr(gate, "on_send", None)
+            if on_send is not None:
+                call = on_send(call)
+        return plan.mode.send(call)
 
     def _send_route(self) -> str:
         """How ``apply_async`` sends this task: ``PUBLISH``, or ``PLANNED`` (through its plan's
@@ -219,7 +224,9 @@ class SingletonTask(_TaskBase):
         routes = send_routes(self.app)
         route = routes.get(self.name)
         if route is None:
-            planned = any(mode.sends_through(self) for mode in registered())
+            planned = any(mode.sends_through(self) for mode in registered()) or any(
+                getattr(gate, "sends_through", _never)(self) for gate in registered_gates()
+            )
             route = PLANNED if planned or enqueue.may_lock_at_enqueue(self) else PUBLISH
             routes[self.name] = route
         return route
@@ -232,6 +239,10 @@ class SingletonTask(_TaskBase):
         if options.on_duplicate == "raise":
             raise DuplicateTaskError(self.name, task_id, key, holder, task_id_of(holder))
         return self.AsyncResult(task_id_of(holder))
+
+
+def _never(task: Any) -> bool:
+    return False
 
 
 def _declare_option(spec: OptionSpec) -> None:

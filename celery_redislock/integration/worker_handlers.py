@@ -21,7 +21,7 @@ from ..engine.counting import count
 from ..engine.holders import handover_id, queued_id
 from ..engine.leases import REDIS_ERRORS
 from ..engine.renewal import get_renewer
-from .bootstep import SettingsCheck
+from .bootstep import GateQueues, SettingsCheck
 from .child_exit import ChildExitRelease
 from .hard_limit import HardLimitKill, killed_at_hard_limit
 from .parent_release import release_for
@@ -160,7 +160,7 @@ def _add_worker_steps(sender: Any = None, **_: Any) -> None:
     # the process the pool kills at a hard time limit.
     app: Celery | None = getattr(sender, "app", None)
     if app is not None:
-        app.steps["worker"].update((SettingsCheck, ChildExitRelease, HardLimitKill))
+        app.steps["worker"].update((SettingsCheck, GateQueues, ChildExitRelease, HardLimitKill))
 
 
 @signals.worker_process_shutdown.connect(weak=False)

@@ -6,7 +6,7 @@ rules are asked in. A new mode is one module here, its Lua in ``lua/``, and one 
 from __future__ import annotations
 
 from ..integration.mode import register, register_gate, registered
-from . import debounce, keep_latest, rate_limit, throttle, until_started
+from . import debounce, fair_share, keep_latest, rate_limit, throttle, until_started
 
 __all__ = ["registered"]
 
@@ -15,3 +15,5 @@ __all__ = ["registered"]
 for _module in (until_started, throttle, keep_latest, debounce):
     register(_module.MODE)
 register_gate(rate_limit.GATE)
+# Asked first: a call is counted out of its backlog as it starts, whatever a later gate decides.
+register_gate(fair_share.GATE, first=True)

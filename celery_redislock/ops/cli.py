@@ -16,6 +16,7 @@ from ..engine.keys import parse_key
 from ..engine.leases import REDIS_ERRORS
 from ..integration.runtime import Runtime
 from .cli_common import cli_of, redis_errors, redis_failure, runtime_of
+from .fair_cli import fair
 from .inventory import mode_keys
 from .limit_cli import limit
 from .listing import Lock, held_locks, lock_pattern, purge_locks, scan_locks
@@ -292,3 +293,4 @@ def _say_left(cli: CLIContext, runtime: Runtime, task: str | None) -> None:
 
 
 redislock.add_command(limit)
+redislock.add_command(fair)

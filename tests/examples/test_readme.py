@@ -323,6 +323,19 @@ def test_rate_limit(readme: Readme) -> None:
     assert len(readme.work.calls) == 101
 
 
+def test_fair_share(readme: Readme) -> None:
+    readme.run("fair-share")
+    readme.work.finish()
+    # Account 1's hundred calls queued first, then account 2's three; then a worker starts.
+    calls = [readme.export.delay(1, n) for n in range(100)] + [readme.export.delay(2, n) for n in range(3)]
+    with readme.worker():
+        assert [call.get(timeout=60) for call in calls] == [None] * 103
+    order = [args[0] for args, _ in readme.work.calls]
+    assert sorted(order) == [1] * 100 + [2] * 3
+    # Served in turn: account 2's calls start among the first few dozen, not after account 1's.
+    assert max(i for i, account in enumerate(order) if account == 2) < 40, order
+
+
 def test_the_readme_is_a_front_door_that_renders_on_pypi() -> None:
     text = README.read_text()
     assert len(text.splitlines()) <= 250

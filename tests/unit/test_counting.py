@@ -38,6 +38,9 @@ REPORTED = (
     "rate_limited",
     "rate_copies_dropped",
     "rate_paused",
+    "fair_assigned",
+    "fair_unassigned",
+    "fair_capped",
 )
 
 

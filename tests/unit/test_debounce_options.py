@@ -38,6 +38,7 @@ COMBINES: dict[str, Any] = {
     "skip_result": "success",  # what a superseded call stores
     "rate_limit_key": ["doc"],  # no rate limit: a partition of nothing
     "rate_cost": 2,  # no rate limit: a cost of nothing
+    "fair_lanes": 4,  # no tenant: lanes of nothing
 }
 
 #: Options refused with debounce: a value, and the reason the error gives.
@@ -51,6 +52,9 @@ REFUSED: list[tuple[str, Any, str]] = [
     ("on_duplicate", "raise", "cannot be used with on_duplicate='raise'"),
     ("global_rate_limit", "10/m", "cannot be used with global_rate_limit (a burst's superseded calls"),
     ("rate_limits", ["partner"], "cannot be used with rate_limits (a burst's superseded calls"),
+    ("fair_key", ["doc"], "cannot be used with fair_key (debounce re-publishes calls outside"),
+    ("fair_cap", 2, "cannot be used with fair_cap"),
+    ("fair_weights", {"a": 2}, "cannot be used with fair_weights"),
 ]
 
 

@@ -90,6 +90,10 @@ def test_the_schema_is_the_locks_options_then_each_modes() -> None:
         "rate_limit_key": "rate_limit",
         "rate_limits": "rate_limit",
         "rate_cost": "rate_limit",
+        "fair_key": "fair_share",
+        "fair_lanes": "fair_share",
+        "fair_weights": "fair_share",
+        "fair_cap": "fair_share",
     }
     assert set(owners) == OPTION_NAMES
     assert all(spec.doc and spec.kind for spec in option_specs())
@@ -377,6 +381,9 @@ def test_every_celery_once_and_celery_singleton_option_is_refused_whatever_its_v
 
 # --- precedence -----------------------------------------------------------------------------
 
+#: Three ``fair_weights`` callables told apart by identity.
+_WEIGHTS = [lambda tenant: 1, lambda tenant: 2, lambda tenant: 3]
+
 DIFFERENT = {
     "lock_timeout": (100, 200, 300),
     "renew_interval": (1, 2, 3),
@@ -400,10 +407,18 @@ DIFFERENT = {
     "rate_limit_key": (["a"], ["b"], []),
     "rate_limits": ([("a", None)], [("b", ("x",))], [("c", None)]),
     "rate_cost": (1, 2, 3),
+    "fair_key": (["a"], ["b"], ["c"]),
+    "fair_lanes": (2, 3, 4),
+    "fair_weights": (_WEIGHTS[0], _WEIGHTS[1], _WEIGHTS[2]),
+    "fair_cap": (1, 2, 3),
 }
 
 #: Options an option of DIFFERENT needs from the least specific layer (app) to be valid at all.
-NEEDS = {"lock_until": {"lock_on": "enqueue"}}
+NEEDS = {
+    "lock_until": {"lock_on": "enqueue"},
+    "fair_cap": {"fair_key": ["a"]},
+    "fair_weights": {"fair_key": ["a"]},
+}
 
 
 def test_precedence_table_covers_every_option() -> None:

@@ -1,0 +1,79 @@
+"""Fair share's lanes in Redis: which lane of a queue a tenant's call is queued in, its backlog
+counted down once as it starts, and the lanes' state as ``celery redislock fair show`` reads it."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .keys import fair_keys
+from .leases import as_text
+from .script_runner import ScriptRunner, package_script
+
+__all__ = ["FAIR_ASSIGN", "FAIR_START", "FairLanes", "LaneState", "hashed_lane"]
+
+FAIR_ASSIGN = package_script(__package__, "fair_assign.lua")
+FAIR_START = package_script(__package__, "fair_start.lua")
+
+
+def hashed_lane(tenant: str, lanes: int) -> int:
+    """The lane a tenant's call goes to when Redis cannot be asked: the same for every sender,
+    in every process (a stable hash, not Python's salted one)."""
+    return zlib.crc32(tenant.encode("utf-8")) % lanes
+
+
+@dataclass(frozen=True)
+class LaneState:
+    """One queue's lanes now: each lane's backlog, each tenant's backlog by lane, and how many
+    calls are queued with a lane assigned."""
+
+    load: Mapping[int, int] = field(default_factory=dict)
+    tenants: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+    queued: int = 0
+
+    def backlog(self, tenant: str) -> int:
+        return sum(self.tenants.get(tenant, {}).values())
+
+    def share(self, tenant: str) -> float:
+        """The part of the starts ``tenant`` gets while the backlogs last: a worker serves the
+        lanes that have a backlog in turn, and a lane's calls in their order, so each busy lane
+        gives each of its tenants starts in proportion to its calls there."""
+        busy = [lane for lane, load in self.load.items() if load > 0]
+        if not busy:
+            return 0.0
+        mine = self.tenants.get(tenant, {})
+        return sum(count / self.load[lane] for lane, count in mine.items() if self.load.get(lane)) / len(busy)
+
+
+class FairLanes:
+    """The lanes of one queue (``queue``) under ``prefix``; every change is one script call on
+    keys of one cluster slot (``keys.fair_keys``)."""
+
+    def __init__(self, runner: ScriptRunner, prefix: str, queue: str) -> None:
+        self.runner = runner
+        self.queue = queue
+        self.keys = fair_keys(prefix, queue)
+
+    def assign(self, tenant: str, task_id: str, lanes: int, weight: int = 1) -> int:
+        """The lane of ``lanes`` the call ``task_id`` of ``tenant`` is queued in, counted in its
+        backlog; a task id queued already keeps its lane and is counted once."""
+        reply = self.runner.run(FAIR_ASSIGN, self.keys, (tenant, task_id, str(int(lanes)), str(int(weight))))
+        return int(reply)
+
+    def started(self, task_id: str) -> bool:
+        """Count the call ``task_id`` out of its backlog as it starts; False when it was not
+        counted in (started already, sent while Redis was away, or the keys were flushed)."""
+        return bool(self.runner.run(FAIR_START, self.keys, (task_id,)))
+
+    def state(self) -> LaneState:
+        """The lanes' backlogs now (three reads, not one snapshot: for display)."""
+        client = self.runner.client
+        load_key, tenants_key, calls_key = self.keys
+        load = {int(as_text(lane)): int(n) for lane, n in client.hgetall(load_key).items()}
+        tenants = {
+            as_text(tenant): {int(lane): int(n) for lane, n in json.loads(as_text(raw)).items()}
+            for tenant, raw in client.hgetall(tenants_key).items()
+        }
+        return LaneState(load, tenants, int(client.hlen(calls_key)))

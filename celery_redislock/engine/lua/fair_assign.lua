@@ -1,0 +1,56 @@
+-- Assign a queued call of a tenant to a lane: the tenant keeps its lanes while it has a backlog,
+-- and spreads onto the least-loaded other lane while it has fewer than its weight.
+-- KEYS[1]  each lane's backlog (hash: lane -> calls queued)
+-- KEYS[2]  each tenant's backlog (hash: tenant -> JSON object lane -> calls queued)
+-- KEYS[3]  each queued call (hash: task id -> tenant TAB lane)
+-- ARGV[1]  the tenant
+-- ARGV[2]  the call's task id
+-- ARGV[3]  the number of lanes
+-- ARGV[4]  the tenant's weight: the most lanes it may use at once
+-- Returns  the lane (0 .. lanes - 1); a task id queued already keeps its lane, counted once.
+local known = redis.call('HGET', KEYS[3], ARGV[2])
+if known then
+  return tonumber(string.match(known, '\t(%d+)$'))
+end
+local lanes, weight = tonumber(ARGV[3]), tonumber(ARGV[4])
+local mine = {}
+local raw = redis.call('HGET', KEYS[2], ARGV[1])
+if raw then
+  mine = cjson.decode(raw)
+end
+local fields = {}
+for lane = 0, lanes - 1 do
+  fields[lane + 1] = tostring(lane)
+end
+local loads = redis.call('HMGET', KEYS[1], unpack(fields))
+local function load_of(lane)
+  return tonumber(loads[lane + 1]) or 0
+end
+local held, best, best_load = 0, nil, nil
+for name, _ in pairs(mine) do
+  local lane = tonumber(name)
+  if lane < lanes then
+    held = held + 1
+    if best == nil or load_of(lane) < best_load then
+      best, best_load = lane, load_of(lane)
+    end
+  end
+end
+if held < weight then
+  -- The least-loaded lane it does not use yet, taken only if it is less loaded than its own.
+  local spare, spare_load = nil, nil
+  for lane = 0, lanes - 1 do
+    if mine[tostring(lane)] == nil and (spare == nil or load_of(lane) < spare_load) then
+      spare, spare_load = lane, load_of(lane)
+    end
+  end
+  if spare ~= nil and (best == nil or spare_load < best_load) then
+    best = spare
+  end
+end
+local lane = tostring(best)
+mine[lane] = (mine[lane] or 0) + 1
+redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(mine))
+redis.call('HINCRBY', KEYS[1], lane, 1)
+redis.call('HSET', KEYS[3], ARGV[2], ARGV[1] .. '\t' .. lane)
+return best

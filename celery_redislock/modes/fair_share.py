@@ -1,0 +1,331 @@
+"""``fair_key`` (the tenant of a call, in the forms ``lock_key`` takes): fair share per tenant.
+A gate beside the modes: it composes with the lock, any mode and the rate limit.
+
+Each queue that carries fair calls has ``fair_lanes`` lane queues (``Q.fair.0`` ...) which every
+worker consuming the queue consumes too, in turn. As a call is published, one script call on the
+lock Redis picks its lane (``engine.fair_lanes``): a tenant keeps its lane while it has a
+backlog (its calls stay in order), a tenant without one gets the least-loaded lane, and a tenant
+of weight w (``fair_weights``) spreads over up to w lanes. So a flooding tenant fills its own
+lane, and another tenant's calls wait behind at most the lanes' turns, not the flood. The
+message carries its queue, tenant and a ticket (``FAIR_HEADER``); its start counts it out of the
+backlog, once per ticket. Redis unreachable at send: the tenant's lane is hashed, nothing lost.
+
+``fair_cap``: the most calls of one tenant running at once across all workers, a counting
+semaphore per tenant taken as the call starts (renewed while it runs). A call over it is
+re-published to its lane for a moment later (``CAP_RECHECK``, never longer than the broker holds a
+message safely), not run and not dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+
+from celery.exceptions import Ignore
+from celery.signals import task_postrun
+
+from ..config.arguments import KeyBuilder
+from ..config.fair import Weights, check_lanes, check_weights, weight_of
+from ..config.mode_rules import Clash
+from ..config.options import LockOptions, check_lock_key, source_task
+from ..config.schema import OptionSpec
+from ..engine.checks import BadValue, check_count, or_none
+from ..engine.counting import count
+from ..engine.fair_lanes import FairLanes, hashed_lane
+from ..engine.keys import format_key, slot_key
+from ..engine.leases import REDIS_ERRORS, SemaphoreLease
+from ..engine.renewal import get_renewer
+from ..errors import OptionError
+from ..integration.acquisition import Execution
+from ..integration.mode import Send
+from ..integration.outcomes import requeue
+from ..integration.queues import LANE_MARK, base_queue, lane_name
+from ..integration.runtime import Runtime, app_layers_ask, run_function
+
+if TYPE_CHECKING:
+    from ..integration.plain import AnyTask
+
+__all__ = ["CAP_RECHECK", "CAP_SUFFIX", "FAIR_HEADER", "GATE", "FairShareGate"]
+
+logger = logging.getLogger(__name__)
+
+#: The message header of a fair call: ``[queue, tenant, ticket]`` (the ticket counts it out of
+#: its backlog once, however often the broker gives it out).
+FAIR_HEADER = "redislock_fair"
+#: The request attribute holding the cap's slot a running call holds: ``(key, lease)``.
+CAP_FIELD = "redislock_fair_slot"
+#: Beside a tenant's key (``KeyBuilder.key`` of ``fair_key``): the semaphore of its ``fair_cap``.
+CAP_SUFFIX = "fair_cap"
+#: Seconds a call over its tenant's cap waits before it looks again.
+CAP_RECHECK = 1.0
+#: The options that apply to a call's tenant (``fair_key`` first).
+TENANTED = ("fair_key", "fair_cap", "fair_weights")
+#: Lanes a queue has unless ``fair_lanes`` says otherwise.
+DEFAULT_LANES = 16
+
+
+class FairShareGate:
+    name: ClassVar[str] = "fair_share"
+    options: ClassVar[tuple[OptionSpec, ...]] = (
+        OptionSpec(
+            "fair_key",
+            None,
+            check_lock_key,
+            "The tenant of a call, in the forms ``lock_key`` takes: a list of argument names or "
+            "``(task, args, kwargs) -> str``. Calls of different tenants are served in turn.",
+            "list[str] | callable | None",
+            "fair_share",
+            names_arguments=True,
+        ),
+        OptionSpec(
+            "fair_lanes",
+            DEFAULT_LANES,
+            check_lanes,
+            "Lane queues of a queue carrying fair calls (``Q.fair.0`` ...): tenants with a backlog "
+            "share them. Give it per queue or app-wide: senders and workers must agree.",
+            "int",
+            "fair_share",
+        ),
+        OptionSpec(
+            "fair_weights",
+            None,
+            check_weights,
+            "Tenant name -> int, or ``(tenant) -> int``: a tenant of weight w spreads over up to w "
+            "lanes, so gets up to w shares.",
+            "dict[str, int] | callable | None",
+            "fair_share",
+        ),
+        OptionSpec(
+            "fair_cap",
+            None,
+            or_none(check_count),
+            "The most calls of one tenant running at once across all workers; more wait in their lane.",
+            "int | None",
+            "fair_share",
+        ),
+    )
+    counters: ClassVar[Mapping[str, str]] = {
+        "fair_assigned": "fair calls sent to the lane Redis assigned them",
+        "fair_unassigned": "fair calls sent to a hashed lane: Redis was unreachable at send",
+        "fair_capped": "fair calls over their tenant's ``fair_cap``, re-queued to their lane",
+    }
+    key_suffixes: ClassVar[Mapping[str, str]] = {CAP_SUFFIX: "fair share cap"}
+
+    def __init__(self) -> None:
+        self._builders: dict[tuple[str, str, Any], KeyBuilder] = {}
+        self._unreachable_told = False
+
+    # --- the plan -----------------------------------------------------------------------------
+
+    def selects(self, options: LockOptions) -> bool:
+        return options.value("fair_key") is not None
+
+    def sends_through(self, task: Any) -> bool:
+        """Whether a call of ``task`` may be fair (so its send must pick a lane)."""
+        own = getattr(task, "fair_key", None)
+        if own is not None:
+            return True
+        return app_layers_ask(task.app, "fair_key", lambda value: value is not None)
+
+    def clash(self, options: Mapping[str, Any], limit: int, *, merged: bool) -> Clash | None:
+        """Debounce and keep_latest re-publish a call their own way, where no lane would be picked
+        for it; a weight or a cap needs a tenant (asked of the layers merged: a cap may be given
+        app-wide for the tasks that have a tenant)."""
+        fair = next((name for name in TENANTED if options.get(name) is not None), None)
+        if fair is None:
+            return None
+        for mode in ("debounce", "keep_latest"):
+            if options.get(mode):
+                why = f"{mode} re-publishes calls outside the fair-share lanes"
+                return mode, f"cannot be used with {fair} ({why})", fair
+        if merged and fair != "fair_key":
+            return fair, "needs fair_key (the tenant it applies to)", "fair_key"
+        return None
+
+    def describe_key(
+        self, runtime: Runtime, key: str, task_name: str, suffix: str, value: str | None
+    ) -> str | None:
+        return "fair share cap (a tenant's running calls)"
+
+    def consumes(self, task: Any, options: LockOptions, queue: str) -> list[str]:
+        """The lanes of ``queue`` a worker consuming it consumes too, for ``task``'s calls."""
+        return [lane_name(queue, lane) for lane in range(options.value("fair_lanes"))]
+
+    # --- sending ------------------------------------------------------------------------------
+
+    def on_send(self, call: Send) -> Send:
+        """``call`` as it is published: to the lane Redis assigns its tenant, carrying its
+        queue, tenant and ticket (``FAIR_HEADER``). Assigned as it is published, not before: a
+        call the lock refuses at send publishes nothing and is counted in no backlog."""
+        publish = call.publish
+
+        def to_lane(args: Any, kwargs: Any, task_id: str | None, **options: Any) -> Any:
+            options, lanes, ticket = self._route(call, args, kwargs, options)
+            try:
+                return publish(args, kwargs, task_id, **options)
+            except BaseException:
+                if lanes is not None:  # nothing was queued: count nothing
+                    lanes.started(ticket)
+                raise
+
+        return dataclasses.replace(call, publish=to_lane)
+
+    def _route(
+        self, call: Send, args: Any, kwargs: Any, options: dict[str, Any]
+    ) -> tuple[dict[str, Any], FairLanes | None, str]:
+        task, runtime, plan = call.task, call.runtime, call.plan
+        headers = dict(options.pop("headers", None) or {})
+        given = headers.get(FAIR_HEADER)
+        # A re-published call keeps its tenant: JSON may have changed its arguments' types since.
+        tenant = str(given[1]) if given else self._tenant(runtime, task, plan.options, args, kwargs)
+        queue = destination(task, options, args, kwargs)
+        count_of = plan.options.value("fair_lanes")
+        weight = self._weight(task, plan.options, tenant)
+        ticket = uuid.uuid4().hex
+        lanes: FairLanes | None = FairLanes(runtime.scripts, runtime.settings.key_prefix, queue)
+        try:
+            assert lanes is not None
+            lane = lanes.assign(tenant, ticket, count_of, weight)
+            count("fair_assigned")
+            self._unreachable_told = False
+        except REDIS_ERRORS as exc:
+            lanes, lane = None, hashed_lane(tenant, count_of)
+            count("fair_unassigned")
+            count("redis_errors")
+            if not self._unreachable_told:  # once until Redis answers again: a flood would flood the log
+                self._unreachable_told = True
+                logger.warning(
+                    "Sending fair calls of %s to hashed lanes of %s: the lock Redis is unreachable (%r)",
+                    task.name,
+                    queue,
+                    exc,
+                )
+        headers[FAIR_HEADER] = [queue, tenant, ticket]
+        for routed in ("exchange", "routing_key"):  # a retry's, naming the lane it came from
+            options.pop(routed, None)
+        return {**options, "headers": headers, "queue": lane_name(queue, lane)}, lanes, ticket
+
+    def _tenant(self, runtime: Runtime, task: Any, options: LockOptions, args: Any, kwargs: Any) -> str:
+        builder = self._builder(runtime, task, options.value("fair_key"))
+        return builder.name(tuple(args or ()), dict(kwargs or {}), task)
+
+    def _weight(self, task: Any, options: LockOptions, tenant: str) -> int:
+        weights: Weights = options.value("fair_weights")
+        try:
+            return weight_of(weights, tenant, f"task {task.name!r}")
+        except BadValue as bad:
+            raise OptionError("fair_weights", source_task(task.name), str(bad)) from None
+
+    def _builder(self, runtime: Runtime, task: Any, spec: Any) -> KeyBuilder:
+        prefix = runtime.settings.key_prefix
+        cache_key = (prefix, task.name, spec)
+        builder = self._builders.get(cache_key)
+        if builder is None:
+            builder = KeyBuilder(prefix, task.name, run_function(type(task)), spec, option="fair_key")
+            self._builders[cache_key] = builder
+        return builder
+
+    # --- the start ----------------------------------------------------------------------------
+
+    def admit(self, task: AnyTask, execution: Execution) -> None:
+        """Count the call out of its backlog, then take a slot of its tenant's cap, or re-queue
+        it to its lane for later (raises ``Ignore``)."""
+        request = task.request
+        header = vars(request).get(FAIR_HEADER)
+        runtime, options = execution.runtime, execution.options
+        prefix = runtime.settings.key_prefix
+        if header:
+            queue, tenant, ticket = (str(part) for part in header)
+            try:
+                FairLanes(runtime.scripts, prefix, queue).started(ticket)
+            except REDIS_ERRORS as exc:  # its backlog stays counted; the call is not held up
+                count("redis_errors")
+                logger.warning(
+                    "Could not count %s[%s] out of its backlog in %s: %r",
+                    task.name,
+                    execution.task_id,
+                    queue,
+                    exc,
+                )
+        else:  # sent by a sender without fair share (or eager): its tenant from its arguments
+            tenant = self._tenant(runtime, task, options, request.args, request.kwargs)
+        cap = options.value("fair_cap")
+        if cap is None:
+            return
+        key = self.cap_key(runtime, task, options, tenant)
+        lease = SemaphoreLease(key, execution.holder, options.timeout_ms, cap)
+        result = runtime.semaphores.acquire(key, lease.holder, cap, lease.ttl_ms)
+        if result.status is None:
+            capped(task, runtime, key, cap, tenant)
+        get_renewer().add(runtime.semaphores, lease, options.renew_interval_s)
+        vars(request)[CAP_FIELD] = (runtime, lease)
+
+    def cap_key(self, runtime: Runtime, task: Any, options: LockOptions, tenant: str) -> str:
+        """The semaphore of ``tenant``'s cap, named as a lock key of the task whose digest is
+        the tenant's name (``celery redislock list`` shows it)."""
+        return slot_key(format_key(runtime.settings.key_prefix, task.name, tenant), CAP_SUFFIX)
+
+
+def destination(task: Any, options: Mapping[str, Any], args: Any, kwargs: Any) -> str:
+    """The queue a send goes to, as Celery's router picks it (a lane's retry: its queue)."""
+    queue = options.get("queue")
+    if queue is None:
+        routing_key = options.get("routing_key")
+        if isinstance(routing_key, str) and LANE_MARK in routing_key:
+            return base_queue(routing_key)
+        routed = task.app.amqp.router.route(
+            {k: v for k, v in options.items() if k == "queue"}, task.name, args or (), kwargs or {}
+        )
+        queue = routed.get("queue")
+    return base_queue(str(getattr(queue, "name", queue)))
+
+
+def capped(task: AnyTask, runtime: Runtime, key: str, cap: int, tenant: str) -> NoReturn:
+    """Over the cap: re-published to its lane to look again in ``CAP_RECHECK`` (never later than
+    the broker holds a message safely), counted, logged at INFO. Raises ``Ignore``."""
+    request = task.request
+    count("fair_capped")
+    logger.info(
+        "Capped %s[%s]: tenant %r runs %d call(s) at once already (%s); re-queued to its lane",
+        task.name,
+        request.id,
+        tenant,
+        cap,
+        key,
+    )
+    if request.is_eager:
+        raise Ignore()
+    headers = {name: value for name, value in (request.headers or {}).items() if name != FAIR_HEADER}
+    header = vars(request).get(FAIR_HEADER)
+    if header:
+        headers[FAIR_HEADER] = [header[0], header[1], ""]  # its tenant; a new ticket at send
+    requeue(
+        task,
+        countdown=min(CAP_RECHECK, runtime.settings.max_postpone),
+        throw=False,
+        keep_retries=True,
+        headers=headers,
+    )
+    raise Ignore()
+
+
+@task_postrun.connect(weak=False)
+def _release_cap(sender: Any = None, task: Any = None, **_: Any) -> None:
+    """The run ended (whatever its outcome): give its tenant's slot back."""
+    request = getattr(task, "request", None)
+    held = vars(request).pop(CAP_FIELD, None) if request is not None else None
+    if held is None:
+        return
+    runtime, lease = held
+    get_renewer().discard(runtime.semaphores, lease)
+    try:
+        runtime.semaphores.release(lease.key, lease.holder)
+    except REDIS_ERRORS as exc:  # it expires with its TTL
+        count("redis_errors")
+        logger.warning("Could not give back the fair_cap slot %s of %s: %r", lease.key, lease.holder, exc)
+
+
+GATE = FairShareGate()

@@ -1,0 +1,99 @@
+"""Fair share's state from Python and the CLI (``celery redislock fair show``): each tenant's
+backlog, lanes and share in each fair queue, and its running calls where a ``fair_cap`` counts
+them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from celery import Celery
+
+from ..engine.fair_lanes import FairLanes, LaneState
+from ..integration.runtime import runtime_for
+from ..integration.task import SingletonTask
+from ..modes.fair_share import GATE
+
+__all__ = ["QueueInfo", "TenantInfo", "fair_queues", "show_fair"]
+
+
+@dataclass(frozen=True)
+class TenantInfo:
+    """One tenant with a backlog in a queue: its calls queued by lane, the part of the starts it
+    gets while the backlogs last (``LaneState.share``), and its running calls, counted where its
+    task has a ``fair_cap`` (None: no cap counts them)."""
+
+    tenant: str
+    backlog: int
+    lanes: dict[int, int]
+    share: float
+    running: int | None
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """One fair queue: its lanes' backlogs and its tenants with a backlog, largest first."""
+
+    queue: str
+    lanes: int
+    load: dict[int, int]
+    queued: int
+    tenants: tuple[TenantInfo, ...]
+
+
+def fair_queues(app: Celery, queues: Iterable[str] = ()) -> dict[str, int]:
+    """The queues whose calls are fair (``queues``, else every queue the app declares and every
+    ``redislock_queues`` layer), each with its number of lanes: the most any fair task there says."""
+    runtime = runtime_for(app)
+    names = list(queues) or [*app.amqp.queues, *runtime.settings.queues]
+    tasks = [task for task in app.tasks.values() if isinstance(task, SingletonTask)]
+    found: dict[str, int] = {}
+    for queue in dict.fromkeys(names):
+        for task in tasks:
+            plan = runtime.plan(task, queue)
+            if GATE in plan.gates:
+                found[queue] = max(found.get(queue, 0), plan.options.value("fair_lanes"))
+    return found
+
+
+def show_fair(app: Celery, queues: Iterable[str] = ()) -> list[QueueInfo]:
+    """Each fair queue's state now (``fair_queues``). Raises ``redis.RedisError`` when Redis is
+    unreachable."""
+    runtime = runtime_for(app)
+    prefix = runtime.settings.key_prefix
+    infos = []
+    for queue, lanes in fair_queues(app, queues).items():
+        state = FairLanes(runtime.scripts, prefix, queue).state()
+        tenants = tuple(
+            sorted(
+                (_tenant(app, queue, state, tenant) for tenant in state.tenants),
+                key=lambda info: (-info.backlog, info.tenant),
+            )
+        )
+        infos.append(QueueInfo(queue, lanes, dict(sorted(state.load.items())), state.queued, tenants))
+    return infos
+
+
+def _tenant(app: Celery, queue: str, state: LaneState, tenant: str) -> TenantInfo:
+    return TenantInfo(
+        tenant,
+        state.backlog(tenant),
+        dict(sorted(state.tenants[tenant].items())),
+        state.share(tenant),
+        running(app, queue, tenant),
+    )
+
+
+def running(app: Celery, queue: str, tenant: str) -> int | None:
+    """The calls of ``tenant`` running now in the tasks of ``queue`` that cap it; None when none
+    of them has a ``fair_cap`` (no count is kept then)."""
+    runtime = runtime_for(app)
+    keys = []
+    for task in app.tasks.values():
+        if isinstance(task, SingletonTask):
+            options = runtime.plan(task, queue).options
+            if options.value("fair_key") is not None and options.value("fair_cap") is not None:
+                keys.append(GATE.cap_key(runtime, task, options, tenant))
+    if not keys:
+        return None
+    return sum(len(state.holders) for state in runtime.semaphores.states(keys) if state is not None)

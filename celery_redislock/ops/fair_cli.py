@@ -1,0 +1,76 @@
+"""``celery redislock fair show``: each fair queue's tenants with a backlog, their lanes, share
+and running calls (``ops.fair``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+import click
+from celery.bin.base import CeleryCommand, CeleryOption
+
+from .cli_common import cli_of, redis_errors, runtime_of
+from .fair import QueueInfo, show_fair
+
+__all__ = ["fair"]
+
+
+def _lanes(lanes: dict[int, int]) -> str:
+    return ", ".join(f"{lane}:{count}" for lane, count in lanes.items()) or "-"
+
+
+def _lines(info: QueueInfo) -> list[str]:
+    busy = sum(1 for load in info.load.values() if load)
+    lines = [
+        f"{info.queue}  {info.queued} queued in {busy} of {info.lanes} lanes  [lane:calls {_lanes(info.load)}]"
+    ]
+    for tenant in info.tenants:
+        running = "" if tenant.running is None else f", {tenant.running} running"
+        lines.append(
+            f"  {tenant.tenant}: {tenant.backlog} queued in lane(s) {_lanes(tenant.lanes)}, "
+            f"share {tenant.share:.0%}{running}"
+        )
+    return lines
+
+
+def _json(info: QueueInfo) -> dict[str, Any]:
+    shown = asdict(info)
+    shown["tenants"] = [asdict(tenant) for tenant in info.tenants]
+    return shown
+
+
+@click.group(name="fair")
+def fair() -> None:
+    """Show fair share's tenants (fair_key): backlog, lanes, share."""
+
+
+@fair.command(name="show", cls=CeleryCommand)
+@click.option(
+    "--queue",
+    "queues",
+    cls=CeleryOption,
+    multiple=True,
+    metavar="QUEUE",
+    help="Only this queue (repeatable); default: every queue the app declares or configures.",
+    help_group="Show Options",
+)
+@click.option(
+    "--json", "as_json", cls=CeleryOption, is_flag=True, help="Print a JSON array.", help_group="Show Options"
+)
+@click.pass_context
+@redis_errors
+def show(ctx: click.Context, queues: tuple[str, ...], as_json: bool) -> None:
+    """List each fair queue's tenants with a backlog, largest first: calls
+    queued by lane, the part of the starts each gets while the backlogs last,
+    and (where a fair_cap counts them) its calls running now."""
+    runtime_of(ctx)  # a bad configuration says so first
+    infos = show_fair(cli_of(ctx).app, queues)
+    cli = cli_of(ctx)
+    if as_json:
+        cli.echo(json.dumps([_json(info) for info in infos], indent=2))
+        return
+    if not infos:
+        cli.echo("No fair queues (no SingletonTask has fair_key for the queues asked)")
+        return
+    cli.echo("\n".join(line for info in infos for line in _lines(info)))

@@ -1,0 +1,179 @@
+"""Fair share's options (``fair_key``, ``fair_lanes``, ``fair_weights``, ``fair_cap``): valid on
+the task, in ``redislock_options`` and in ``redislock_queues``; a bad value named with where it
+came from; the combinations refused naming both options; a tenant's name and weight; the lanes a
+worker consumes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from celery import Celery
+
+import celery_redislock.modes  # noqa: F401  (registers the modes and the gates)
+from celery_redislock import OptionError, SingletonTask
+from celery_redislock.config.options import resolve, validate
+from celery_redislock.integration.bootstep import gate_queues
+from celery_redislock.integration.queues import base_queue, consumed_queue, lane_name
+from celery_redislock.integration.runtime import runtime_for
+from celery_redislock.modes.fair_share import GATE
+
+TASK = "task 'proj.sync'"
+
+
+@pytest.fixture
+def app() -> Iterator[Celery]:
+    app = Celery("fair", broker="memory://", set_as_current=False)
+    app.conf.redislock_url = "redis://127.0.0.1:1/0"  # never connected: plans need no Redis
+    yield app
+    app.close()
+
+
+@pytest.mark.parametrize(
+    ("layer", "option", "problem"),
+    [
+        ({"fair_key": "account"}, "fair_key", "write ['account']"),
+        ({"fair_key": ["account"], "fair_lanes": 0}, "fair_lanes", "must be an int >= 1, got 0"),
+        (
+            {"fair_key": ["account"], "fair_lanes": 1000},
+            "fair_lanes",
+            "must be an int from 1 to 256, got 1000",
+        ),
+        ({"fair_key": ["account"], "fair_lanes": "16"}, "fair_lanes", "got '16' (a str)"),
+        (
+            {"fair_key": ["account"], "fair_weights": {"acme": 0}},
+            "fair_weights",
+            "'acme' must be an int >= 1",
+        ),
+        ({"fair_key": ["account"], "fair_weights": {1: 2}}, "fair_weights", "the key 1 is not a str"),
+        ({"fair_key": ["account"], "fair_weights": [("a", 2)]}, "fair_weights", "must be None, a dict"),
+        ({"fair_key": ["account"], "fair_cap": 0}, "fair_cap", "must be None or an int >= 1"),
+    ],
+)
+def test_a_bad_value_names_the_option_and_the_value(layer: dict[str, Any], option: str, problem: str) -> None:
+    with pytest.raises(OptionError) as raised:
+        validate(layer, TASK)
+    assert raised.value.option == option and raised.value.source == TASK
+    assert problem in str(raised.value)
+
+
+def test_an_argument_the_body_does_not_have_is_refused_at_registration(app: Celery) -> None:
+    with pytest.raises(OptionError, match=r"option 'fair_key' names unknown argument 'tenant'"):
+
+        @app.task(base=SingletonTask, shared=False, name="proj.sync", fair_key=["tenant"])
+        def sync(account: str) -> None: ...
+
+        assert sync.name
+
+
+@pytest.mark.parametrize(
+    ("layer", "option", "problem"),
+    [
+        (
+            {"fair_key": ["a"], "debounce": 2},
+            "debounce",
+            "cannot be used with fair_key (debounce re-publishes",
+        ),
+        ({"fair_key": ["a"], "keep_latest": True}, "keep_latest", "cannot be used with fair_key"),
+    ],
+)
+def test_what_makes_no_sense_names_both_options(layer: dict[str, Any], option: str, problem: str) -> None:
+    with pytest.raises(OptionError) as raised:
+        validate(layer, TASK)
+    assert raised.value.option == option
+    assert problem in str(raised.value)
+
+
+@pytest.mark.parametrize("option", ["fair_cap", "fair_weights"])
+def test_a_cap_or_weights_without_a_tenant_is_refused_once_merged(option: str) -> None:
+    value = 2 if option == "fair_cap" else {"a": 2}
+    with pytest.raises(OptionError, match=rf"option '{option}' needs fair_key"):
+        resolve(validate({option: value}, TASK), {}, {}, task_source=TASK, queue_source="q")
+
+
+COMPOSES: list[dict[str, Any]] = [
+    {"lock_key": ["account"]},
+    {"max_concurrency": 3},
+    {"throttle": 5},
+    {"lock_on": "enqueue"},
+    {"on_duplicate": "wait"},
+    {"global_rate_limit": "10/s"},
+    {"fair_cap": 2, "fair_weights": {"acme": 3}},
+]
+
+
+@pytest.mark.parametrize("options", COMPOSES)
+def test_what_composes_with_fair_share(options: dict[str, Any]) -> None:
+    layer = {"fair_key": ["account"], **options}
+    resolved = resolve(validate(layer, TASK), {}, {}, task_source=TASK, queue_source="q")
+    assert resolved.value("fair_key") == ("account",)
+
+
+def test_valid_on_the_task_in_redislock_options_and_in_redislock_queues(app: Celery) -> None:
+    app.conf.redislock_options = {"fair_lanes": 4}
+    app.conf.redislock_queues = {"api": {"fair_key": ["account"], "fair_lanes": 8}}
+
+    @app.task(base=SingletonTask, shared=False, name="proj.sync")
+    def sync(account: str) -> None: ...
+
+    @app.task(base=SingletonTask, shared=False, name="proj.own", fair_key=["account"])
+    def own(account: str) -> None: ...
+
+    runtime = runtime_for(app)
+    assert runtime.plan(sync._get_current_object(), None).gates == ()
+    api = runtime.plan(sync._get_current_object(), "api")
+    assert api.gates == (GATE,) and api.options.value("fair_lanes") == 8
+    assert runtime.plan(own._get_current_object(), None).options.value("fair_lanes") == 4
+    # A worker consuming both queues consumes the lanes each says it has, once each.
+    lanes = gate_queues(app, ["celery", "api"])
+    assert lanes == [lane_name("celery", n) for n in range(4)] + [lane_name("api", n) for n in range(8)]
+
+
+def test_a_tenant_is_named_by_its_arguments_values_or_the_callable(app: Celery) -> None:
+    @app.task(base=SingletonTask, shared=False, name="proj.two", fair_key=["region", "account"])
+    def two(account: str, region: str = "eu", n: int = 0) -> None: ...
+
+    task = two._get_current_object()
+    runtime = runtime_for(app)
+    options = runtime.plan(task, None).options
+    assert GATE._tenant(runtime, task, options, ("acme",), {"n": 3}) == "acme:eu"
+    assert GATE._tenant(runtime, task, options, (42,), {"region": "us"}) == "42:us"
+
+    @app.task(base=SingletonTask, shared=False, name="proj.fn", fair_key=lambda task, a, k: f"org-{a[0]}")
+    def fn(org: int) -> None: ...
+
+    task = fn._get_current_object()
+    assert GATE._tenant(runtime, task, runtime.plan(task, None).options, (7,), {}) == "org-7"
+
+
+def test_weights_from_a_dict_or_a_callable(app: Celery) -> None:
+    @app.task(base=SingletonTask, shared=False, name="proj.w", fair_key=["a"], fair_weights={"big": 4})
+    def weighted(a: str) -> None: ...
+
+    @app.task(base=SingletonTask, shared=False, name="proj.c", fair_key=["a"], fair_weights=lambda t: len(t))
+    def counted(a: str) -> None: ...
+
+    @app.task(base=SingletonTask, shared=False, name="proj.bad", fair_key=["a"], fair_weights=lambda t: 0)
+    def bad(a: str) -> None: ...
+
+    runtime = runtime_for(app)
+    for task, tenant, weight in ((weighted, "big", 4), (weighted, "small", 1), (counted, "abc", 3)):
+        real = task._get_current_object()
+        assert GATE._weight(real, runtime.plan(real, None).options, tenant) == weight
+    real = bad._get_current_object()
+    with pytest.raises(OptionError, match=r"fair_weights of task 'proj.bad' returned 0 for tenant 'x'"):
+        GATE._weight(real, runtime.plan(real, None).options, "x")
+
+
+def test_a_lane_answers_for_its_queue() -> None:
+    assert base_queue(lane_name("reports", 3)) == "reports"
+    assert base_queue("reports") == "reports" and base_queue("a.fair.x") == "a.fair.x"
+
+    class Queue:
+        def __init__(self, name: str) -> None:
+            self.name, self.routing_key, self.exchange = name, name, None
+
+    delivery = {"exchange": "", "routing_key": "reports.fair.3"}
+    assert consumed_queue(delivery, [Queue("reports"), Queue("reports.fair.3")], {}) == "reports"
+    assert consumed_queue({"consumer_tag": "t9"}, [], {"reports.fair.1": "t9"}) == "reports"

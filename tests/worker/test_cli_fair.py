@@ -1,0 +1,70 @@
+"""``celery -A app redislock fair show``: each fair queue's tenants with a backlog, their lanes,
+share and running calls, as text and as JSON; the backlog counted down as calls start."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+from celery import Celery
+
+from celery_redislock.contrib.testing import WorkerProcess, poll
+
+from .mode_harness import ModeTask, node
+from .test_cli import Run
+
+TASK = ModeTask(
+    "fair.cli", "tenant, n", 'coord.rpush("starts", tenant)', {"fair_key": ["tenant"], "fair_cap": 2}
+)
+
+APP = """
+from celery import Celery
+from celery_redislock import SingletonTask
+
+app = Celery("fairapp")
+app.conf.update(broker_url={broker!r}, result_backend={backend!r}, redislock_url={locks!r})
+
+
+@app.task(base=SingletonTask, name="fair.cli", fair_key=["tenant"], fair_cap=2, fair_lanes=4)
+def task(tenant, n):
+    pass
+"""
+
+
+def test_fair_show_lists_each_tenants_backlog_lanes_and_share(
+    tmp_path: Path,
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    (tmp_path / "fairapp.py").write_text(textwrap.dedent(APP.format(**urls)))
+    celery = Run("fairapp", tmp_path)
+    assert (
+        celery("redislock", "fair", "show")
+        .stdout.strip()
+        .endswith("celery  0 queued in 0 of 4 lanes  [lane:calls -]")
+    )
+    task = TASK.with_options(fair_lanes=4)
+    sender = task.sender(make_app())
+    for n in range(6):
+        sender.delay("acme", n)
+    sender.delay("bravo", 0)
+    result = celery("redislock", "fair", "show")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "celery  7 queued in 2 of 4 lanes  [lane:calls 0:6, 1:1]"
+    assert lines[1] == "  acme: 6 queued in lane(s) 0:6, share 50%, 0 running"
+    assert lines[2] == "  bravo: 1 queued in lane(s) 1:1, share 50%, 0 running"
+    [shown] = json.loads(celery("redislock", "fair", "show", "--queue", "celery", "--json").stdout)
+    assert shown["queue"] == "celery" and shown["lanes"] == 4 and shown["queued"] == 7
+    assert [(t["tenant"], t["backlog"], t["running"]) for t in shown["tenants"]] == [
+        ("acme", 6, 0),
+        ("bravo", 1, 0),
+    ]
+    task.start(worker_process, urls, "-c", "1", "-n", node("fair-cli"))
+    assert poll(lambda: coord.llen("starts") == 7, 60)
+    assert poll(lambda: "0 queued in 0 of 4 lanes" in celery("redislock", "fair", "show").stdout, 20)

@@ -1,0 +1,160 @@
+"""Fair share on real workers, on a Redis broker (kombu rotates the lanes it BRPOPs after each
+message) and on RabbitMQ (one channel's consumers of the lanes, served by credit): with tenant
+A's calls queued first, tenant B's calls start before A's backlog drains, where a plain task
+makes B wait for all of it; the cap holds across two workers; a weighted tenant gets more of the
+starts. Orders and counts are asserted, never time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+from amqp.exceptions import ChannelError
+from celery import Celery
+
+from celery_redislock.contrib.testing import WorkerProcess, poll
+from celery_redislock.integration.queues import lane_name
+
+from .conftest import queued_count, stats_of
+from .mode_harness import ModeTask, node
+
+#: A short body: the tenant's start, in the order the worker starts calls.
+BODY = """
+coord.rpush("starts", tenant)
+return n
+"""
+
+#: A body that holds while the test counts how many of a tenant run at once.
+HELD_BODY = """
+import time
+running = coord.incr("running:" + tenant)
+coord.rpush("peaks:" + tenant, running)
+coord.rpush("starts", tenant)
+time.sleep(0.05)  # the body's work: long enough that starts overlap if the cap let them
+coord.decr("running:" + tenant)
+return n
+"""
+
+FLOOD = 300
+FEW = 10
+
+
+def fair(**options: Any) -> ModeTask:
+    return ModeTask("fair.work", "tenant, n", BODY, {"fair_key": ["tenant"], **options})
+
+
+def starts(coord: redis.Redis) -> list[str]:
+    return [entry.decode() for entry in coord.lrange("starts", 0, -1)]
+
+
+def drain(coord: redis.Redis, results: list[Any], total: int) -> list[str]:
+    assert poll(lambda: coord.llen("starts") >= total, 180, interval=0.2), len(starts(coord))
+    assert sorted(result.get(timeout=30) for result in results) == sorted(r.args[1] for r in results)
+    return starts(coord)
+
+
+class Sent:
+    """A sent call with the arguments it was sent with (AsyncResult does not keep them)."""
+
+    def __init__(self, result: Any, args: tuple[str, int]) -> None:
+        self.result, self.args = result, args
+
+    def get(self, timeout: float) -> Any:
+        return self.result.get(timeout=timeout)
+
+
+def lane_sizes(app: Celery, lanes: int) -> list[int]:
+    """How many messages wait in each lane of the queue ``celery``."""
+    sizes = []
+    for lane in range(lanes):
+        try:
+            sizes.append(queued_count(app, lane_name("celery", lane)))
+        except ChannelError:  # a Redis broker keeps no key for an empty queue
+            sizes.append(0)
+    return sizes
+
+
+def send_flood_then_few(sender: Any) -> list[Sent]:
+    calls = [("A", n) for n in range(FLOOD)] + [("B", n) for n in range(FEW)]
+    return [Sent(sender.delay(*call), call) for call in calls]
+
+
+@pytest.mark.parametrize("pool", ["prefork", "solo"])
+def test_b_starts_before_a_flood_queued_first_drains(
+    pool: str,
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    task = fair(fair_lanes=4)
+    app = make_app()
+    sent = send_flood_then_few(task.sender(app))  # all queued before any worker runs
+    # A's calls fill one lane, B's another: what the worker then serves in turn.
+    assert sorted(lane_sizes(app, 4)) == [0, 0, FEW, FLOOD]
+    task.start(worker_process, urls, "-c", "1", "--prefetch-multiplier", "1", "-n", node("fair"), pool=pool)
+    order = drain(coord, sent, FLOOD + FEW)
+    b_positions = [i for i, tenant in enumerate(order) if tenant == "B"]
+    assert len(b_positions) == FEW and order.count("A") == FLOOD
+    # Two busy lanes served in turn: B's calls start among the first few dozen, each before A's
+    # next few, where FIFO (below) starts them after all of A's.
+    assert b_positions[-1] < 4 * FEW, b_positions
+
+
+@pytest.mark.redis_broker("the plain task's FIFO order, the contrast to the fair one")
+def test_a_plain_task_makes_b_wait_for_the_whole_flood(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    task = ModeTask("fair.plain", "tenant, n", BODY)
+    sent = send_flood_then_few(task.sender(make_app()))
+    task.start(worker_process, urls, "-c", "1", "--prefetch-multiplier", "1", "-n", node("plain"))
+    order = drain(coord, sent, FLOOD + FEW)
+    assert [i for i, tenant in enumerate(order) if tenant == "B"] == list(range(FLOOD, FLOOD + FEW))
+
+
+def test_the_cap_holds_across_two_workers(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    task = ModeTask("fair.capped", "tenant, n", HELD_BODY, {"fair_key": ["tenant"], "fair_cap": 1})
+    names = [node("cap1"), node("cap2")]
+    for name in names:
+        task.start(worker_process, urls, "-c", "2", "-n", name)
+    app = make_app()
+    sender = task.sender(app)
+    calls = [("A", n) for n in range(12)] + [("B", n) for n in range(4)]
+    sent = [Sent(sender.delay(*call), call) for call in calls]
+    drain(coord, sent, len(calls))
+    # Four processes, at most one of A's calls at once: the cap, not the pool, bounded them.
+    assert {int(peak) for peak in coord.lrange("peaks:A", 0, -1)} == {1}
+    assert coord.llen("peaks:A") == 12 and coord.llen("peaks:B") == 4
+    capped = 0
+    for name in names:
+        stats = stats_of(app, name)
+        assert stats is not None
+        capped += stats["counters"]["fair_capped"]
+    assert capped > 0  # calls came to a worker over the cap and waited, none was lost
+
+
+def test_a_weighted_tenant_gets_more_of_the_starts(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    task = fair(fair_lanes=8, fair_weights={"heavy": 3})
+    sender = task.sender(make_app())
+    calls = [("heavy", n) for n in range(60)] + [("light", n) for n in range(60)]
+    sent = [Sent(sender.delay(*call), call) for call in calls]
+    task.start(worker_process, urls, "-c", "1", "--prefetch-multiplier", "1", "-n", node("weights"))
+    order = drain(coord, sent, len(calls))
+    first = order[:60]
+    # Four busy lanes, three of them heavy's: about three of every four starts while both last.
+    assert first.count("light") >= 10 and first.count("heavy") >= 2 * first.count("light"), first
