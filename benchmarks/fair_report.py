@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .fair_share import runs_of, summary
+from .fair_share import summary
 from .harness import _paired_ci, _paired_ratio
 
 #: What a variant is, in the table.
@@ -47,9 +47,9 @@ def markdown(figures: dict[str, Any], command: str) -> str:
         "| task | B's wait p50 | p99 | A ahead (median, most) | drain rate | vs plain |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    rates = {variant: summary(runs_of(figures, variant))["drain_rates"] for variant in figures["runs"]}
-    for variant in figures["runs"]:
-        row = summary(runs_of(figures, variant))
+    rates = {variant: summary(runs)["drain_rates"] for variant, runs in figures["runs"].items()}
+    for variant, runs in figures["runs"].items():
+        row = summary(runs)
         versus = "-"
         if variant != "plain" and "plain" in rates:
             low, high = _paired_ci(rates[variant], rates["plain"])
@@ -74,18 +74,18 @@ def chart(figures: dict[str, Any], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    variants = list(figures["runs"])
+    config, variants = figures["config"], list(figures["runs"])
     if not variants:
         return False
     fig, axes = plt.subplots(
         1, len(variants), figsize=(6.5 * len(variants), 4.2), sharex=True, sharey=True, squeeze=False
     )
     for ax, variant in zip(axes[0], variants):
-        run = runs_of(figures, variant)[0]
+        lines = figures["runs"][variant][0]["timeline"]
         for tenant, color in (("A", "#3070b0"), ("B", "#c04020")):
-            times = sorted(start[3] - run.b_first_sent for start in run.of(tenant))
-            shares = [100 * (i + 1) / len(times) for i in range(len(times))]
-            ax.step(times, shares, where="post", color=color, label=f"tenant {tenant} ({len(times):,} calls)")
+            times, shares = zip(*lines[tenant])
+            calls = config["n"] if tenant == "A" else config["b_calls"]
+            ax.step(times, shares, where="post", color=color, label=f"tenant {tenant} ({calls:,} calls)")
         ax.axvline(0, color="#888888", linewidth=1, linestyle="--")
         ax.annotate("B sends", (0, 50), rotation=90, va="center", ha="right", color="#666666", fontsize=8)
         ax.set_title(LABELS.get(variant, variant).replace("`", ""))

@@ -269,16 +269,37 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, math.ceil(len(ordered) * share) - 1))]
 
 
-def summary(runs: list[Run]) -> dict[str, Any]:
-    """One variant's figures over its runs."""
-    waits = [wait for run in runs for wait in run.b_waits]
+#: Points of a tenant's starts kept for the chart (every k-th start, the last always).
+TIMELINE_POINTS = 400
+
+
+def timeline(run: Run, tenant: str) -> list[tuple[float, float]]:
+    """``(seconds since B's first publish, share of the tenant's calls started)`` of the
+    tenant's starts, thinned to ``TIMELINE_POINTS``: what the chart draws."""
+    times = sorted(start[3] - run.b_first_sent for start in run.of(tenant))
+    step = max(1, len(times) // TIMELINE_POINTS)
+    kept = [i for i in range(len(times)) if i % step == 0 or i == len(times) - 1]
+    return [(round(times[i], 4), round(100 * (i + 1) / len(times), 3)) for i in kept]
+
+
+def compact(run: Run, chart: bool) -> dict[str, Any]:
+    """What a run keeps in the results: its figures; with ``chart``, each tenant's timeline."""
+    row: dict[str, Any] = {"b_waits": run.b_waits, "a_ahead": run.a_ahead, "drain_rate": run.drain_rate}
+    if chart:
+        row["timeline"] = {tenant: timeline(run, tenant) for tenant in ("A", "B")}
+    return row
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One variant's figures over its runs (as ``compact`` keeps them)."""
+    waits = [wait for run in runs for wait in run["b_waits"]]
     return {
         "b_wait_p50_s": percentile(waits, 0.50),
         "b_wait_p99_s": percentile(waits, 0.99),
         "b_wait_max_s": max(waits),
-        "a_ahead_median": statistics.median(run.a_ahead for run in runs),
-        "a_ahead_max": max(run.a_ahead for run in runs),
-        "drain_rates": [run.drain_rate for run in runs],
+        "a_ahead_median": statistics.median(run["a_ahead"] for run in runs),
+        "a_ahead_max": max(run["a_ahead"] for run in runs),
+        "drain_rates": [run["drain_rate"] for run in runs],
     }
 
 
@@ -296,19 +317,8 @@ def measure(args: argparse.Namespace, progress: Any) -> dict[str, Any]:
             for variant in shuffled(bench.variants, repeat):
                 progress(f"run {repeat + 1}/{args.repeats}: {variant}, {args.n} + {args.b_calls} calls")
                 run = bench.drain(variant)
-                figures.runs.setdefault(variant, []).append(asdict(run))
+                figures.runs.setdefault(variant, []).append(compact(run, chart=repeat == 0))
     return asdict(figures)
-
-
-def runs_of(figures: dict[str, Any], variant: str) -> list[Run]:
-    return [
-        Run(
-            row["variant"],
-            [(t, int(s), float(p), float(b)) for t, s, p, b in row["starts"]],
-            row["b_first_sent"],
-        )
-        for row in figures["runs"].get(variant, [])
-    ]
 
 
 def write(figures: dict[str, Any], out: Path, command: str) -> Path:
