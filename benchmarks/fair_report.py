@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
-from .fair_share import summary
+from .fair_share import VARIANTS, summary
 from .harness import _paired_ci, _paired_ratio
 
 #: What a variant is, in the table.
 LABELS = {
     "plain": "plain Celery task",
+    "lock": "`SingletonTask` (the lock alone)",
     "fair": '`SingletonTask`, `fair_key=["tenant"]`',
 }
 
@@ -38,8 +40,8 @@ def markdown(figures: dict[str, Any], command: str) -> str:
     lines += [
         "",
         "B's wait: publish to start (the sender's and the worker's clocks, one host), over every "
-        "run's calls. A ahead: how many of A's calls started between B's first publish and B's "
-        "last start (median and most of the runs), the bound in calls. Drain rate: starts per "
+        "run's calls. A ahead: how many of A's calls started while a call of B waited, its wait "
+        "in calls (the median and the most of B's calls of every run). Drain rate: starts per "
         "second from B's first publish to the last start (the worker past its start-up), the "
         "median of the runs; vs plain: each run's rate over plain's in the same round, the "
         "median and a 95 % confidence interval.",
@@ -47,21 +49,33 @@ def markdown(figures: dict[str, Any], command: str) -> str:
         "| task | B's wait p50 | p99 | A ahead (median, most) | drain rate | vs plain |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    rates = {variant: summary(runs)["drain_rates"] for variant, runs in figures["runs"].items()}
-    for variant, runs in figures["runs"].items():
-        row = summary(runs)
-        versus = "-"
-        if variant != "plain" and "plain" in rates:
-            low, high = _paired_ci(rates[variant], rates["plain"])
-            spread = "" if low != low else f" ({low:.2f}-{high:.2f})"
-            versus = f"{_paired_ratio(rates[variant], rates['plain']):.3f}x{spread}"
-        median_rate = sorted(row["drain_rates"])[len(row["drain_rates"]) // 2]
+    measured = [variant for variant in VARIANTS if variant in figures["runs"]]
+    rates = {variant: summary(figures["runs"][variant])["drain_rates"] for variant in measured}
+    for variant in measured:
+        row = summary(figures["runs"][variant])
+        versus = _versus(rates, variant, "plain") if variant != "plain" else "-"
         lines.append(
             f"| {LABELS.get(variant, variant)} | {_ms(row['b_wait_p50_s'])} | {_ms(row['b_wait_p99_s'])} "
-            f"| {row['a_ahead_median']:,.0f} ({row['a_ahead_max']:,}) | {median_rate:,.0f}/s | {versus} |"
+            f"| {row['a_ahead_median']:,.0f} ({row['a_ahead_max']:,}) "
+            f"| {statistics.median(row['drain_rates']):,.0f}/s | {versus} |"
         )
+    if "fair" in rates and "lock" in rates:
+        lines += [
+            "",
+            "What fair share adds to the lock: the fair task's drain rate over the lock's alone "
+            f"(a `SingletonTask` without `fair_key`), paired per run: {_versus(rates, 'fair', 'lock')}.",
+        ]
     lines.append("")
     return "\n".join(lines)
+
+
+def _versus(rates: dict[str, list[float]], variant: str, base: str) -> str:
+    """The median of ``variant``'s rate over ``base``'s, run by run, and its 95 % interval."""
+    if base not in rates:
+        return "-"
+    low, high = _paired_ci(rates[variant], rates[base])
+    spread = "" if low != low else f" ({low:.2f}-{high:.2f})"
+    return f"{_paired_ratio(rates[variant], rates[base]):.3f}x{spread}"
 
 
 def chart(figures: dict[str, Any], path: Path) -> bool:
@@ -74,7 +88,11 @@ def chart(figures: dict[str, Any], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    config, variants = figures["config"], list(figures["runs"])
+    # The lock alone queues as plain Celery does: its chart would be plain's again.
+    config = figures["config"]
+    variants = [variant for variant in ("plain", "fair") if variant in figures["runs"]] or list(
+        figures["runs"]
+    )
     if not variants:
         return False
     fig, axes = plt.subplots(

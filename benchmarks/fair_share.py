@@ -12,9 +12,10 @@ prefork worker (``--concurrency`` processes) starts; once it has started a few o
 tenant B sends ``--b-calls``. Each body first records its tenant, the time its call was
 published (the sender's clock) and its own start (the worker's clock: one host, one clock).
 Reported, per variant: B's wait (publish to start) p50 and p99 over every run's calls, how many
-of A's calls started between B's first publish and B's last start (the bound in calls, which no
-load on the machine moves), and the drain rate (starts per second from B's first publish to the
-last start, the sender idle), its ratio fair/plain paired per run. Variants alternate, in an order shuffled per
+of A's calls started while a call of B waited (its wait in calls, which no load on the machine
+moves), and the drain rate (starts per second from B's first publish to the
+last start, the sender idle), its ratio to plain's paired per run; fair's over the lock's alone (a ``SingletonTask``
+without ``fair_key``) is what fair share adds to the lock. Variants alternate, in an order shuffled per
 run, so a slow stretch of the machine hits both. The chart draws each tenant's starts over time
 in one run of each variant.
 """
@@ -22,6 +23,7 @@ in one run of each variant.
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import json
 import math
@@ -51,6 +53,8 @@ QUEUE = "fairbench"
 #: The task of each variant, and the options of its declaration (both sides declare it alike).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "plain": ("Task", {}),
+    # The lock alone: what fair share adds to a SingletonTask is fair's rate over this one's.
+    "lock": ("SingletonTask", {}),
     "fair": ("SingletonTask", {"fair_key": ["tenant"]}),
 }
 
@@ -107,11 +111,14 @@ class Run:
         return [started - sent for _, _, sent, started in self.of("B")]
 
     @property
-    def a_ahead(self) -> int:
-        """A's calls that started between B's first publish and B's last start: how many calls
-        of the flooding tenant ran while B waited."""
-        last_b = max(started for _, _, _, started in self.of("B"))
-        return sum(1 for _, _, _, started in self.of("A") if self.b_first_sent <= started <= last_b)
+    def a_ahead(self) -> list[int]:
+        """For each B call, how many of A's calls started while it waited (from its publish to
+        its start): its wait in calls, which no load on the machine moves."""
+        a_starts = sorted(start[3] for start in self.of("A"))
+        return [
+            bisect.bisect_left(a_starts, started) - bisect.bisect_right(a_starts, sent)
+            for _, _, sent, started in self.of("B")
+        ]
 
     @property
     def drain_rate(self) -> float:
@@ -297,8 +304,8 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "b_wait_p50_s": percentile(waits, 0.50),
         "b_wait_p99_s": percentile(waits, 0.99),
         "b_wait_max_s": max(waits),
-        "a_ahead_median": statistics.median(run["a_ahead"] for run in runs),
-        "a_ahead_max": max(run["a_ahead"] for run in runs),
+        "a_ahead_median": statistics.median(n for run in runs for n in run["a_ahead"]),
+        "a_ahead_max": max(n for run in runs for n in run["a_ahead"]),
         "drain_rates": [run["drain_rate"] for run in runs],
     }
 
@@ -344,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefetch", type=int, default=4, help="worker_prefetch_multiplier")
     parser.add_argument("--body-ms", type=float, default=0.0, help="CPU ms each body spins")
     parser.add_argument("--broker", choices=("redis", "rabbitmq"), default="redis")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated: plain, fair")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated: plain, lock, fair")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a drain may take")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where fair_share.md/.json/.png go")
     add_server_option(parser)
