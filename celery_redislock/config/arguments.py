@@ -336,7 +336,8 @@ class KeyBuilder:
         if func is not None:
             text = self._call(func, task, args, kwargs)
             return self._head + digest(text)
-        arguments = self._bind_plain(args, kwargs) or self._bind(args, kwargs)
+        arguments = self._bind_plain(args, kwargs)
+        arguments = self._bind(args, kwargs) if arguments is None else arguments
         task_name = self.task_name
         entries = []  # a loop, not a comprehension: before Python 3.12 a comprehension is a call
         for name_text, name in self._names:
@@ -348,16 +349,15 @@ class KeyBuilder:
     def name(self, args: Sequence[Any], kwargs: Mapping[str, Any], task: Any = None) -> str:
         """The call's selection readable (fair share's tenant): the callable's str, else the values
         of ``names`` joined by ``:`` (a str or int as is, others canonical). Raises as ``key``."""
-        func = self._func
-        if func is not None:
-            return self._call(func, task, args, kwargs)
-        arguments = self._bind_plain(args, kwargs) or self._bind(args, kwargs)
-        parts = []
-        for _, name in self._names:
-            value = arguments[name]
-            plain = isinstance(value, (str, int)) and not isinstance(value, bool)
-            parts.append(str(value) if plain else canonical(value, task=self.task_name, argument=name))
-        return ":".join(parts)
+        if self._func is not None:
+            return self._call(self._func, task, args, kwargs)
+        arguments = self._bind_plain(args, kwargs)
+        arguments = self._bind(args, kwargs) if arguments is None else arguments
+        return ":".join(self._readable(name, arguments[name]) for _, name in self._names)
+
+    def _readable(self, name: str, value: Any) -> str:
+        plain = isinstance(value, (str, int)) and not isinstance(value, bool)
+        return str(value) if plain else canonical(value, task=self.task_name, argument=name)
 
     def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         try:

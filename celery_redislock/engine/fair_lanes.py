@@ -77,3 +77,8 @@ class FairLanes:
             for tenant, raw in client.hgetall(tenants_key).items()
         }
         return LaneState(load, tenants, int(client.hlen(calls_key)))
+
+    def reset(self) -> bool:
+        """Forget every backlog of the queue (its messages stay queued and run; their starts are
+        then not counted): for counts a purged queue left behind. True if there were any."""
+        return bool(self.runner.client.delete(*self.keys))

@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from celery.exceptions import Ignore
-from celery.signals import task_postrun
+from celery.signals import task_postrun, task_revoked
 
-from ..config.arguments import KeyBuilder
+from ..config.arguments import KeyBuilder, digest
 from ..config.fair import Weights, check_lanes, check_weights, weight_of
 from ..config.mode_rules import Clash
 from ..config.options import LockOptions, check_lock_key, source_task
@@ -43,7 +43,7 @@ from ..integration.acquisition import Execution
 from ..integration.mode import Send
 from ..integration.outcomes import requeue
 from ..integration.queues import LANE_MARK, base_queue, lane_name
-from ..integration.runtime import Runtime, app_layers_ask, run_function
+from ..integration.runtime import Runtime, app_layers_ask, run_function, runtime_for
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
@@ -148,7 +148,7 @@ class FairShareGate:
     def describe_key(
         self, runtime: Runtime, key: str, task_name: str, suffix: str, value: str | None
     ) -> str | None:
-        return "fair share cap (a tenant's running calls)"
+        return "fair_cap: the running calls of one tenant"
 
     def consumes(self, task: Any, options: LockOptions, queue: str) -> list[str]:
         """The lanes of ``queue`` a worker consuming it consumes too, for ``task``'s calls."""
@@ -204,9 +204,7 @@ class FairShareGate:
                     exc,
                 )
         headers[FAIR_HEADER] = [queue, tenant, ticket]
-        for routed in ("exchange", "routing_key"):  # a retry's, naming the lane it came from
-            options.pop(routed, None)
-        return {**options, "headers": headers, "queue": lane_name(queue, lane)}, lanes, ticket
+        return {**options, **lane_route(task, queue, lane), "headers": headers}, lanes, ticket
 
     def _tenant(self, runtime: Runtime, task: Any, options: LockOptions, args: Any, kwargs: Any) -> str:
         builder = self._builder(runtime, task, options.value("fair_key"))
@@ -263,24 +261,49 @@ class FairShareGate:
         get_renewer().add(runtime.semaphores, lease, options.renew_interval_s)
         vars(request)[CAP_FIELD] = (runtime, lease)
 
+    def capped_key(self, runtime: Runtime, task: Any, options: LockOptions, tenant: str) -> str | None:
+        """``cap_key`` where ``task``'s options cap its tenants, else None (no count is kept)."""
+        if options.value("fair_key") is None or options.value("fair_cap") is None:
+            return None
+        return self.cap_key(runtime, task, options, tenant)
+
     def cap_key(self, runtime: Runtime, task: Any, options: LockOptions, tenant: str) -> str:
-        """The semaphore of ``tenant``'s cap, named as a lock key of the task whose digest is
-        the tenant's name (``celery redislock list`` shows it)."""
-        return slot_key(format_key(runtime.settings.key_prefix, task.name, tenant), CAP_SUFFIX)
+        """The semaphore of ``tenant``'s cap: beside the lock key the task would have for the
+        tenant's name (a digest: any name fits a key and its slot); ``celery redislock list``
+        shows it."""
+        return slot_key(format_key(runtime.settings.key_prefix, task.name, digest(tenant)), CAP_SUFFIX)
 
 
 def destination(task: Any, options: Mapping[str, Any], args: Any, kwargs: Any) -> str:
-    """The queue a send goes to, as Celery's router picks it (a lane's retry: its queue)."""
-    queue = options.get("queue")
+    """The queue a send goes to, as Celery picks it: the send's ``queue``, else the task's, else
+    its route (``task_routes``, the default queue). A lane's retry names its lane by routing key."""
+    routing_key = options.get("routing_key")
+    if options.get("queue") is None and isinstance(routing_key, str) and LANE_MARK in routing_key:
+        return base_queue(routing_key)
+    queue = options.get("queue") or getattr(task, "queue", None)
     if queue is None:
-        routing_key = options.get("routing_key")
-        if isinstance(routing_key, str) and LANE_MARK in routing_key:
-            return base_queue(routing_key)
-        routed = task.app.amqp.router.route(
-            {k: v for k, v in options.items() if k == "queue"}, task.name, args or (), kwargs or {}
-        )
-        queue = routed.get("queue")
+        queue = task.app.amqp.router.route({}, task.name, args or (), kwargs or {}).get("queue")
     return base_queue(str(getattr(queue, "name", queue)))
+
+
+def lane_route(task: Any, queue: str, lane: int) -> dict[str, Any]:
+    """The ``queue``, ``exchange`` and ``routing_key`` of a send to lane ``lane`` of ``queue``: by
+    the default (nameless) exchange to the lane by name, as Celery sends to a direct queue, so no
+    binding is needed (one lost with a broker's data would drop the message on a Redis broker)
+    and neither the task's own ``exchange`` / ``routing_key`` nor a retry's sends it elsewhere.
+    The lane is made as Celery makes a queue it is not told of, as the worker's ``-Q`` does; with
+    ``task_create_missing_queues=False`` the lanes must be declared in ``task_queues``."""
+    name = lane_name(queue, lane)
+    try:
+        task.app.amqp.queues[name]
+    except KeyError:
+        raise OptionError(
+            "fair_lanes",
+            source_task(task.name),
+            f"sends to lane {name!r}, which task_queues does not declare (task_create_missing_queues "
+            f"is False): declare {lane_name(queue, 0)!r} and the other lanes of {queue!r} there",
+        ) from None
+    return {"queue": name, "exchange": "", "routing_key": name}
 
 
 def capped(task: AnyTask, runtime: Runtime, key: str, cap: int, tenant: str) -> NoReturn:
@@ -326,6 +349,22 @@ def _release_cap(sender: Any = None, task: Any = None, **_: Any) -> None:
     except REDIS_ERRORS as exc:  # it expires with its TTL
         count("redis_errors")
         logger.warning("Could not give back the fair_cap slot %s of %s: %r", lease.key, lease.holder, exc)
+
+
+@task_revoked.connect(weak=False)
+def _revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
+    """A fair call revoked or expired before it ran: count it out of its backlog, or its lane and
+    tenant would look busy for good."""
+    header = vars(request).get(FAIR_HEADER) if request is not None else None
+    if not header or sender is None:
+        return
+    queue, _tenant, ticket = (str(part) for part in header)
+    runtime = runtime_for(sender.app)
+    try:
+        FairLanes(runtime.scripts, runtime.settings.key_prefix, queue).started(ticket)
+    except REDIS_ERRORS as exc:  # a signal handler must not break the worker's revoke handling
+        count("redis_errors")
+        logger.warning("Could not count revoked %s[%s] out of its backlog: %r", sender.name, request.id, exc)
 
 
 GATE = FairShareGate()

@@ -14,7 +14,7 @@ from ..integration.runtime import runtime_for
 from ..integration.task import SingletonTask
 from ..modes.fair_share import GATE
 
-__all__ = ["QueueInfo", "TenantInfo", "fair_queues", "show_fair"]
+__all__ = ["QueueInfo", "TenantInfo", "fair_queues", "reset_fair", "show_fair"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def fair_queues(app: Celery, queues: Iterable[str] = ()) -> dict[str, int]:
         for task in tasks:
             plan = runtime.plan(task, queue)
             if GATE in plan.gates:
-                found[queue] = max(found.get(queue, 0), plan.options.value("fair_lanes"))
+                found[queue] = max(found.get(queue, 0), len(GATE.consumes(task, plan.options, queue)))
     return found
 
 
@@ -91,9 +91,16 @@ def running(app: Celery, queue: str, tenant: str) -> int | None:
     keys = []
     for task in app.tasks.values():
         if isinstance(task, SingletonTask):
-            options = runtime.plan(task, queue).options
-            if options.value("fair_key") is not None and options.value("fair_cap") is not None:
-                keys.append(GATE.cap_key(runtime, task, options, tenant))
+            key = GATE.capped_key(runtime, task, runtime.plan(task, queue).options, tenant)
+            if key is not None:
+                keys.append(key)
     if not keys:
         return None
     return sum(len(state.holders) for state in runtime.semaphores.states(keys) if state is not None)
+
+
+def reset_fair(app: Celery, queue: str) -> bool:
+    """Forget ``queue``'s backlog counts (``FairLanes.reset``); False when it had none. For counts
+    left behind by messages removed from the broker without running (``celery purge``)."""
+    runtime = runtime_for(app)
+    return FairLanes(runtime.scripts, runtime.settings.key_prefix, queue).reset()

@@ -11,7 +11,7 @@ import click
 from celery.bin.base import CeleryCommand, CeleryOption
 
 from .cli_common import cli_of, redis_errors, runtime_of
-from .fair import QueueInfo, show_fair
+from .fair import QueueInfo, reset_fair, show_fair
 
 __all__ = ["fair"]
 
@@ -42,7 +42,8 @@ def _json(info: QueueInfo) -> dict[str, Any]:
 
 @click.group(name="fair")
 def fair() -> None:
-    """Show fair share's tenants (fair_key): backlog, lanes, share."""
+    """Show fair share's tenants (fair_key): backlog, lanes, share; reset
+    the counts a purged queue left behind."""
 
 
 @fair.command(name="show", cls=CeleryCommand)
@@ -74,3 +75,16 @@ def show(ctx: click.Context, queues: tuple[str, ...], as_json: bool) -> None:
         cli.echo("No fair queues (no SingletonTask has fair_key for the queues asked)")
         return
     cli.echo("\n".join(line for info in infos for line in _lines(info)))
+
+
+@fair.command(name="reset", cls=CeleryCommand)
+@click.argument("queue")
+@click.pass_context
+@redis_errors
+def reset(ctx: click.Context, queue: str) -> None:
+    """Forget QUEUE's backlog counts, left behind when its messages were
+    removed without running (celery purge). Queued calls still run; lanes are
+    assigned from counts made afresh."""
+    runtime_of(ctx)
+    had = reset_fair(cli_of(ctx).app, queue)
+    cli_of(ctx).echo(f"Reset the backlog counts of {queue}" if had else f"{queue} had no backlog counts")

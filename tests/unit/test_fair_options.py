@@ -17,7 +17,7 @@ from celery_redislock.config.options import resolve, validate
 from celery_redislock.integration.bootstep import gate_queues
 from celery_redislock.integration.queues import base_queue, consumed_queue, lane_name
 from celery_redislock.integration.runtime import runtime_for
-from celery_redislock.modes.fair_share import GATE
+from celery_redislock.modes.fair_share import GATE, destination, lane_route
 
 TASK = "task 'proj.sync'"
 
@@ -177,3 +177,43 @@ def test_a_lane_answers_for_its_queue() -> None:
     delivery = {"exchange": "", "routing_key": "reports.fair.3"}
     assert consumed_queue(delivery, [Queue("reports"), Queue("reports.fair.3")], {}) == "reports"
     assert consumed_queue({"consumer_tag": "t9"}, [], {"reports.fair.1": "t9"}) == "reports"
+
+
+def test_the_queue_a_send_goes_to_is_celerys_choice(app: Celery) -> None:
+    app.conf.task_routes = {"proj.routed": {"queue": "reports"}}
+
+    @app.task(base=SingletonTask, shared=False, name="proj.routed", fair_key=["a"])
+    def routed(a: str) -> None: ...
+
+    @app.task(base=SingletonTask, shared=False, name="proj.own", fair_key=["a"], queue="bulk")
+    def own(a: str) -> None: ...
+
+    @app.task(base=SingletonTask, shared=False, name="proj.plain", fair_key=["a"])
+    def plain(a: str) -> None: ...
+
+    assert destination(routed, {}, ("x",), {}) == "reports"
+    assert destination(own, {}, ("x",), {}) == "bulk"
+    assert destination(plain, {}, ("x",), {}) == "celery"
+    assert destination(plain, {"queue": "api"}, ("x",), {}) == "api"
+    # A retry is sent by the exchange and routing key it came from: its lane's, so its queue.
+    retry = {"exchange": "bulk.fair.3", "routing_key": "bulk.fair.3"}
+    assert destination(plain, retry, ("x",), {}) == "bulk"
+    assert destination(plain, {"queue": "bulk.fair.3"}, ("x",), {}) == "bulk"  # by the default exchange
+    # All three given: the task's own exchange or routing key cannot send it past its lane.
+    assert lane_route(plain, "bulk", 3) == {
+        "queue": "bulk.fair.3",
+        "exchange": "",
+        "routing_key": "bulk.fair.3",
+    }
+
+
+def test_lanes_not_declared_where_celery_makes_no_queue_are_named(app: Celery) -> None:
+    app.conf.task_create_missing_queues = False
+
+    @app.task(base=SingletonTask, shared=False, name="proj.sync", fair_key=["a"])
+    def sync(a: str) -> None: ...
+
+    with pytest.raises(
+        OptionError, match=r"option 'fair_lanes' sends to lane 'celery.fair.2', which task_queues"
+    ):
+        lane_route(sync, "celery", 2)

@@ -13,6 +13,7 @@ from celery import Celery
 
 from celery_redislock.contrib.testing import WorkerProcess, poll
 
+from .conftest import open_gate, wait_started
 from .mode_harness import ModeTask, node
 from .test_cli import Run
 
@@ -68,3 +69,45 @@ def test_fair_show_lists_each_tenants_backlog_lanes_and_share(
     task.start(worker_process, urls, "-c", "1", "-n", node("fair-cli"))
     assert poll(lambda: coord.llen("starts") == 7, 60)
     assert poll(lambda: "0 queued in 0 of 4 lanes" in celery("redislock", "fair", "show").stdout, 20)
+
+
+def test_fair_reset_forgets_the_counts_a_purged_queue_left(
+    tmp_path: Path, urls: dict[str, str], make_app: Callable[..., Celery]
+) -> None:
+    (tmp_path / "fairapp.py").write_text(textwrap.dedent(APP.format(**urls)))
+    celery = Run("fairapp", tmp_path)
+    sender = TASK.with_options(fair_lanes=4).sender(make_app())
+    sender.delay("acme", 0)
+    sender.delay("acme", 1)
+    for lane in range(4):  # what `celery purge` does: the messages go, never run
+        assert celery("purge", "-f", "-Q", f"celery.fair.{lane}").returncode == 0
+    assert "celery  2 queued in 1 of 4 lanes" in celery("redislock", "fair", "show").stdout
+    result = celery("redislock", "fair", "reset", "celery")
+    assert result.returncode == 0 and result.stdout.strip() == "Reset the backlog counts of celery", (
+        result.stderr
+    )
+    assert "celery  0 queued in 0 of 4 lanes" in celery("redislock", "fair", "show").stdout
+    assert celery("redislock", "fair", "reset", "celery").stdout.strip() == "celery had no backlog counts"
+
+
+def test_list_shows_a_tenants_cap_while_its_calls_run(
+    tmp_path: Path,
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    (tmp_path / "fairapp.py").write_text(textwrap.dedent(APP.format(**urls)))
+    celery = Run("fairapp", tmp_path)
+    held = ModeTask(
+        "fair.cli", "tenant, n", "return hold(self, tenant)", {"fair_key": ["tenant"], "fair_cap": 2}
+    )
+    held.start(worker_process, urls, "-c", "2", "-n", node("fair-list"))
+    sender = held.sender(make_app())
+    calls = [sender.delay("acme", n) for n in range(2)]
+    wait_started(coord, "acme", 2)
+    listed = celery("redislock", "list").stdout
+    [row] = [line for line in listed.splitlines() if "fair_cap" in line]
+    assert "fair.cli" in row and "fair_cap: the running calls of one tenant" in row, listed
+    open_gate(coord, "acme", 2)
+    assert [call.get(timeout=30) for call in calls] == ["done acme"] * 2

@@ -6,7 +6,9 @@ starts. Orders and counts are asserted, never time."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -15,6 +17,10 @@ from amqp.exceptions import ChannelError
 from celery import Celery
 
 from celery_redislock.contrib.testing import WorkerProcess, poll
+from celery_redislock.contrib.testing.servers import free_port
+from celery_redislock.engine.counting import add_count_listener, remove_count_listener
+from celery_redislock.engine.fair_lanes import FairLanes, hashed_lane
+from celery_redislock.engine.script_runner import ScriptRunner
 from celery_redislock.integration.queues import lane_name
 
 from .conftest import queued_count, stats_of
@@ -81,7 +87,7 @@ def send_flood_then_few(sender: Any) -> list[Sent]:
     return [Sent(sender.delay(*call), call) for call in calls]
 
 
-@pytest.mark.parametrize("pool", ["prefork", "solo"])
+@pytest.mark.parametrize("pool", ["prefork", "solo", "threads"])
 def test_b_starts_before_a_flood_queued_first_drains(
     pool: str,
     urls: dict[str, str],
@@ -144,6 +150,7 @@ def test_the_cap_holds_across_two_workers(
 
 
 def test_a_weighted_tenant_gets_more_of_the_starts(
+    request: pytest.FixtureRequest,
     urls: dict[str, str],
     coord: redis.Redis,
     make_app: Callable[..., Celery],
@@ -157,4 +164,74 @@ def test_a_weighted_tenant_gets_more_of_the_starts(
     order = drain(coord, sent, len(calls))
     first = order[:60]
     # Four busy lanes, three of them heavy's: about three of every four starts while both last.
-    assert first.count("light") >= 10 and first.count("heavy") >= 2 * first.count("light"), first
+    heavy, light = first.count("heavy"), first.count("light")
+    assert light >= 10, first
+    if request.config.getoption("broker") == "rabbitmq":
+        # RabbitMQ's turns between a channel's consumers are by credit, not exact: more, not 3x.
+        assert heavy >= light + 10, first
+    else:
+        assert heavy >= 2 * light, first
+
+
+def test_redis_unreachable_at_send_sends_to_the_hashed_lane(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    task = fair(fair_lanes=4)
+    app = make_app(redislock_url=f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    sender = task.sender(app)
+    counted: list[str] = []
+    listener = lambda name, by: counted.append(name)  # noqa: E731
+    add_count_listener(listener)
+    try:
+        with caplog.at_level(logging.WARNING, logger="celery_redislock.modes.fair_share"):
+            sent = [Sent(sender.delay("acme", n), ("acme", n)) for n in range(3)]
+    finally:
+        remove_count_listener(listener)
+    sizes = lane_sizes(app, 4)
+    assert sizes[hashed_lane("acme", 4)] == 3 and sum(sizes) == 3  # all sent, to the tenant's lane
+    assert counted.count("fair_unassigned") == 3
+    warnings = [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()]
+    assert len(warnings) == 1 and "hashed lanes of celery" in warnings[0]
+    # The worker (its own lock Redis up) runs them: nothing was lost.
+    task.start(worker_process, urls, "-c", "1", "-n", node("fair-down"))
+    assert drain(coord, sent, 3) == ["acme"] * 3
+
+
+@pytest.mark.redis_broker(
+    "RabbitMQ drops an expired message in the broker: no worker sees it to count it out"
+)
+def test_an_expired_call_is_counted_out_of_its_backlog(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    task = fair(fair_lanes=2)
+    app = make_app()
+    sender = task.sender(app)
+    gone = datetime.now(timezone.utc) - timedelta(seconds=1)
+    expired = [sender.apply_async(("acme", n), expires=gone) for n in range(3)]
+    sent = [Sent(sender.delay("bravo", 0), ("bravo", 0))]
+    lanes = FairLanes(ScriptRunner(redis.Redis.from_url(urls["locks"])), "redislock", "celery")
+    assert lanes.state().queued == 4
+    task.start(worker_process, urls, "-c", "1", "-n", node("fair-expired"))
+    drain(coord, sent, 1)
+    assert all(result.get(timeout=15, propagate=False) is not None for result in expired)  # revoked
+    assert poll(lambda: lanes.state().queued == 0, 15), lanes.state()
+    assert lanes.state().tenants == {}
+
+
+def test_a_call_refused_at_send_is_counted_in_no_backlog(
+    urls: dict[str, str], make_app: Callable[..., Celery]
+) -> None:
+    task = fair(lock_on="enqueue", lock_key=["tenant"])
+    sender = task.sender(make_app())
+    first = sender.delay("acme", 0)
+    again = sender.delay("acme", 1)  # its key is queued already: answered with the first's result
+    assert again.id == first.id
+    lanes = FairLanes(ScriptRunner(redis.Redis.from_url(urls["locks"])), "redislock", "celery")
+    assert lanes.state().queued == 1 and lanes.state().backlog("acme") == 1
