@@ -1,6 +1,8 @@
 """The benchmarks page's results are generated: ``benchmarks/results/results.md`` (which
-docs/benchmarks.md includes) is what ``benchmarks.report`` makes of ``results.json``, so a figure
-typed into the page by hand, or a results file from another run, fails here."""
+docs/benchmarks.md includes) is what ``benchmarks.report`` makes of ``results.json``, and
+``results/fair_share/fair_share.md`` (which the fair-share page includes too) what
+``benchmarks.fair_report`` makes of ``fair_share.json``, so a figure typed into the page by hand,
+or a results file from another run, fails here."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from benchmarks import report
+from benchmarks import fair_report, report
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -28,3 +30,19 @@ def test_the_published_results_are_the_report_of_the_published_run() -> None:
 def test_the_page_includes_the_published_results() -> None:
     page = (ROOT / "docs" / "benchmarks.md").read_text()
     assert "```{include} ../benchmarks/results/results.md" in page
+
+
+def test_the_published_fair_share_results_are_the_report_of_the_published_run() -> None:
+    out = RESULTS / "fair_share"
+    published = (out / "fair_share.md").read_text(encoding="utf-8")
+    command = re.search(r"Produced by `([^`]+)`", published)
+    assert command, "fair_share.md does not say which command produced it"
+    figures = json.loads((out / "fair_share.json").read_text(encoding="utf-8"))
+    expected = fair_report.markdown(figures, command.group(1))
+    if (out / "fair_share.png").is_file():
+        expected += "\n![each tenant's starts over time](fair_share.png)\n"
+    assert published == expected
+    # Both pages show it as written: the benchmarks page and the fair-share page.
+    for page, path in (("benchmarks.md", "../"), ("user-guide/fair-share.md", "../../")):
+        text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+        assert f"```{{include}} {path}benchmarks/results/fair_share/fair_share.md" in text, page
