@@ -185,14 +185,13 @@ class FairShareGate:
         count_of = plan.options.value("fair_lanes")
         weight = self._weight(task, plan.options, tenant)
         ticket = uuid.uuid4().hex
-        lanes: FairLanes | None = FairLanes(runtime.scripts, runtime.settings.key_prefix, queue)
+        lanes = FairLanes(runtime.scripts, runtime.settings.key_prefix, queue)
         try:
-            assert lanes is not None
             lane = lanes.assign(tenant, ticket, count_of, weight)
             count("fair_assigned")
             self._unreachable_told = False
         except REDIS_ERRORS as exc:
-            lanes, lane = None, hashed_lane(tenant, count_of)
+            lane = hashed_lane(tenant, count_of)
             count("fair_unassigned")
             count("redis_errors")
             if not self._unreachable_told:  # once until Redis answers again: a flood would flood the log
@@ -203,6 +202,8 @@ class FairShareGate:
                     queue,
                     exc,
                 )
+            headers[FAIR_HEADER] = [queue, tenant, ""]  # counted in no backlog: nothing to count out
+            return {**options, **lane_route(task, queue, lane), "headers": headers}, None, ""
         headers[FAIR_HEADER] = [queue, tenant, ticket]
         return {**options, **lane_route(task, queue, lane), "headers": headers}, lanes, ticket
 
@@ -238,7 +239,8 @@ class FairShareGate:
         if header:
             queue, tenant, ticket = (str(part) for part in header)
             try:
-                FairLanes(runtime.scripts, prefix, queue).started(ticket)
+                if ticket:  # none: sent to a hashed lane (or re-queued over its cap), not counted
+                    FairLanes(runtime.scripts, prefix, queue).started(ticket)
             except REDIS_ERRORS as exc:  # its backlog stays counted; the call is not held up
                 count("redis_errors")
                 logger.warning(
@@ -359,6 +361,8 @@ def _revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
     if not header or sender is None:
         return
     queue, _tenant, ticket = (str(part) for part in header)
+    if not ticket:
+        return
     runtime = runtime_for(sender.app)
     try:
         FairLanes(runtime.scripts, runtime.settings.key_prefix, queue).started(ticket)
