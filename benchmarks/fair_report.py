@@ -59,6 +59,18 @@ def markdown(figures: dict[str, Any], command: str) -> str:
             f"| {row['a_ahead_median']:,.0f} ({row['a_ahead_max']:,}) "
             f"| {statistics.median(row['drain_rates']):,.0f}/s | {versus} |"
         )
+    counted = {variant: summary(figures["runs"][variant]) for variant in measured}
+    if all(row["scripts_per_call"] == row["scripts_per_call"] for row in counted.values()):  # not NaN
+        lines += [
+            "",
+            "The lock Redis's work per call, sent and run (medians of the runs, `INFO commandstats`): "
+            + "; ".join(
+                f"{LABELS.get(variant, variant)} {row['scripts_per_call']:.2f} script calls, "
+                f"{row['commands_per_call']:.2f} commands (a script's own counted inside)"
+                for variant, row in counted.items()
+            )
+            + ".",
+        ]
     if "fair" in rates and "lock" in rates:
         lines += [
             "",

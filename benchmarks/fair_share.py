@@ -101,6 +101,8 @@ class Run:
     starts: list[tuple[str, int, float, float]]
     #: when B's first call was published
     b_first_sent: float
+    #: the lock Redis's commands meanwhile, by name (INFO commandstats: a script's own inside it)
+    commands: dict[str, int] = field(default_factory=dict)
 
     def of(self, tenant: str) -> list[tuple[str, int, float, float]]:
         return [start for start in self.starts if start[0] == tenant]
@@ -234,6 +236,7 @@ class Bench:
         assert self.app is not None
         args, task = self.args, self.app.tasks[f"fair_bench.{variant}"]
         run = uuid.uuid4().hex[:12]
+        before = self.lock_commands()
         for seq in range(args.n):
             task.apply_async((run, "A", seq, time.time()))
         worker = WorkerProcess(
@@ -256,6 +259,7 @@ class Bench:
                 )
         finally:
             worker.stop()
+        after = self.lock_commands()
         starts = []
         for entry in self.coord.lrange(f"starts:{run}", 0, -1):
             text = entry.decode() if isinstance(entry, bytes) else str(entry)
@@ -267,7 +271,20 @@ class Bench:
             raise RuntimeError(
                 f"{variant}: {len(starts)} starts of {len(started_once)} distinct calls, sent {total}"
             )
-        return Run(variant, starts, b_first_sent)
+        commands = {
+            name: after[name] - before.get(name, 0) for name in after if after[name] > before.get(name, 0)
+        }
+        return Run(variant, starts, b_first_sent, commands)
+
+    def lock_commands(self) -> dict[str, int]:
+        """Calls so far on the lock Redis, by command (this read's own left out)."""
+        client = self.locks.client()
+        try:
+            stats = client.info("commandstats")
+        finally:
+            client.close()
+        calls = {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+        return {name: n for name, n in calls.items() if name.split("|")[0] not in ("info", "hello", "client")}
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -276,6 +293,8 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, math.ceil(len(ordered) * share) - 1))]
 
 
+#: The commands that run a script (the lock's and fair share's scripts are EVALSHA calls).
+SCRIPT_COMMANDS = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"})
 #: Points of a tenant's starts kept for the chart (every k-th start, the last always).
 TIMELINE_POINTS = 400
 
@@ -291,7 +310,15 @@ def timeline(run: Run, tenant: str) -> list[tuple[float, float]]:
 
 def compact(run: Run, chart: bool) -> dict[str, Any]:
     """What a run keeps in the results: its figures; with ``chart``, each tenant's timeline."""
-    row: dict[str, Any] = {"b_waits": run.b_waits, "a_ahead": run.a_ahead, "drain_rate": run.drain_rate}
+    calls = len(run.starts)
+    scripts = sum(n for name, n in run.commands.items() if name in SCRIPT_COMMANDS)
+    row: dict[str, Any] = {
+        "b_waits": run.b_waits,
+        "a_ahead": run.a_ahead,
+        "drain_rate": run.drain_rate,
+        "scripts_per_call": scripts / calls,
+        "commands_per_call": sum(run.commands.values()) / calls,
+    }
     if chart:
         row["timeline"] = {tenant: timeline(run, tenant) for tenant in ("A", "B")}
     return row
@@ -307,6 +334,9 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "a_ahead_median": statistics.median(n for run in runs for n in run["a_ahead"]),
         "a_ahead_max": max(n for run in runs for n in run["a_ahead"]),
         "drain_rates": [run["drain_rate"] for run in runs],
+        # Absent from results written before they were counted.
+        "scripts_per_call": statistics.median(run.get("scripts_per_call", math.nan) for run in runs),
+        "commands_per_call": statistics.median(run.get("commands_per_call", math.nan) for run in runs),
     }
 
 
