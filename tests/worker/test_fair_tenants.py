@@ -95,8 +95,8 @@ def test_a_thousand_tenants_and_a_flooder_are_all_served(
     # The flooder keeps its one lane; the others' 2 000 calls fill the other 15 (least loaded
     # first), served in turn with it: on a Redis broker the flooder gets one start in 16
     # meanwhile, about 2000/15, and what the worker took ahead (8: two processes, four each).
-    # RabbitMQ's lanes compete for credit, roughly in turn (171 where Redis gave 134): twice the
-    # share at most. A FIFO queue gives it all 400.
+    # RabbitMQ's lanes compete for credit, roughly in turn (163 to 187 in four runs where Redis
+    # gave 134 each time): twice the share at most. A FIFO queue gives it all 400.
     share = -(-tenants * each // (lanes - 1))
     bound = (share if urls["broker"].startswith("redis") else 2 * share) + lanes + 8
     assert ahead(order, "flooder") <= bound, (ahead(order, "flooder"), bound)
