@@ -235,3 +235,36 @@ def test_a_call_refused_at_send_is_counted_in_no_backlog(
     assert again.id == first.id
     lanes = FairLanes(ScriptRunner(redis.Redis.from_url(urls["locks"])), "redislock", "celery")
     assert lanes.state().queued == 1 and lanes.state().backlog("acme") == 1
+
+
+def test_a_capped_call_keeps_its_rate_limit_slot_and_runs_once(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    # Both gates on one tenant: calls postponed for their rate slot, then over the cap as they
+    # come back. Each must run once: none dropped as a second copy, none run twice.
+    options = {
+        "fair_key": ["tenant"],
+        "fair_cap": 2,
+        "global_rate_limit": "2/s",
+        "rate_limit_key": ["tenant"],
+    }
+    # Two at once of a body longer than the rate's spacing: more starts than the rate allows,
+    # and calls back for their slot find the cap taken.
+    task = ModeTask("fair.rated", "tenant, n", HELD_BODY.replace("0.05", "0.5"), options)
+    names = [node("rated1"), node("rated2")]
+    for name in names:
+        task.start(worker_process, urls, "-c", "2", "-n", name)
+    app = make_app()
+    sender = task.sender(app)
+    sent = [Sent(sender.delay("A", n), ("A", n)) for n in range(10)]
+    assert drain(coord, sent, 10) == ["A"] * 10
+    assert {int(peak) for peak in coord.lrange("peaks:A", 0, -1)} <= {1, 2}
+    assert not poll(lambda: coord.llen("starts") > 10, 3)  # no copy runs later
+    counters = [stats["counters"] for stats in (stats_of(app, name) for name in names) if stats]
+    assert len(counters) == 2, counters
+    # Both paths were taken: postponed for a slot, and capped.
+    assert sum(c["rate_limited"] for c in counters) > 0 and sum(c["fair_capped"] for c in counters) > 0
+    assert sum(c["rate_copies_dropped"] for c in counters) == 0
