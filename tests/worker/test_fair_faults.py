@@ -1,0 +1,191 @@
+"""Fair share's faults on real workers: a worker SIGKILLed mid-drain, and the lock Redis (which
+holds the lanes' backlogs) flushed or restarted mid-drain, lose no call and complete none twice.
+
+Each body records its completion by task id in the coordination database, on the session's
+redis-server (which no test here stops), so a call run twice, or never, shows there. The calls
+are ``acks_late``: a call killed mid-body is given out again (Celery's early acknowledgement
+would drop it with the worker, fair share or not).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
+from celery_redislock.engine.keys import fair_keys
+from celery_redislock.integration.liveness import process_alive
+from celery_redislock.integration.runtime import runtime_for
+
+from .conftest import restore_visible
+from .mode_harness import ModeTask, node
+
+#: Held while ``hold`` is set, before it does anything (so a kill then leaves nothing half
+#: done); then its completion, by task id.
+BODY = """
+if coord.get("hold"):
+    coord.rpush("held", self.request.id)
+    coord.blpop("never-opened", timeout=60)
+coord.rpush("ran", f"{tenant} {n} {self.request.id}")
+return n
+"""
+
+# The worker module's record of each acknowledgement, after it is sent: the test kills a worker
+# only once every call that completed there is acknowledged (else it would come back, and run
+# again: acks_late's window, not fair share's).
+ACKS = """
+from kombu.message import Message
+
+acknowledge = Message.ack
+
+
+def acknowledge_and_tell(message, multiple=False):
+    acknowledge(message, multiple=multiple)
+    coord.rpush("acked", str((message.headers or {}).get("id")))
+
+
+Message.ack = acknowledge_and_tell
+"""
+
+FLOOD, FEW = 120, 20
+#: The Redis transport gives out again what a dead worker left unacknowledged after this long.
+TRANSPORT = {"broker_transport_options": {"visibility_timeout": 2}}
+
+
+def fair(**options: Any) -> ModeTask:
+    return ModeTask(
+        "fair.faults",
+        "tenant, n",
+        BODY,
+        {"fair_key": ["tenant"], "fair_lanes": 4, "acks_late": True, **options},
+    )
+
+
+def calls() -> list[tuple[str, int]]:
+    return [("A", n) for n in range(FLOOD)] + [("B", n) for n in range(FEW)]
+
+
+def ran(coord: redis.Redis) -> Counter[tuple[str, int]]:
+    """How often each call completed."""
+    rows = (entry.decode().split() for entry in coord.lrange("ran", 0, -1))
+    return Counter((tenant, int(n)) for tenant, n, _ in rows)
+
+
+def redeliver(app: Celery, urls: dict[str, str]) -> None:
+    """Give out again what a dead worker left unacknowledged, before another worker starts: on a
+    Redis broker once it has been so for the visibility timeout (as the transport does in every
+    consumer), so that no message the next worker holds is given out twice; RabbitMQ does as
+    the dead worker's connection closes."""
+    if not urls["broker"].startswith("redis"):
+        return
+    client = app.connection_for_write().default_channel.client
+
+    def restored() -> bool:
+        restore_visible(app)
+        return not client.hlen("unacked")
+
+    assert poll(restored, 30, interval=0.2)
+
+
+def drained(results: list[Any], proc: WorkerProcess) -> list[int]:
+    """Every call's result, once each is stored (polled)."""
+    ready = poll(lambda: all(result.ready() for result in results), 120, interval=0.2)
+    assert ready, f"{sum(r.ready() for r in results)} of {len(results)} done:\n{proc.log()[-3000:]}"
+    return sorted(result.get(timeout=1) for result in results)
+
+
+def backlogs(app: Celery, client: redis.Redis, queue: str = "celery") -> list[dict[bytes, bytes]]:
+    """The lanes' backlogs of ``queue`` as the lock Redis counts them: each lane's, each
+    tenant's, and each queued call's (all empty once every call started)."""
+    return [client.hgetall(key) for key in fair_keys(runtime_for(app).settings.key_prefix, queue)]
+
+
+def test_a_worker_killed_mid_drain_loses_nothing_and_completes_nothing_twice(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    task = fair()
+    app = make_app(**TRANSPORT)
+    sender = task.sender(app)
+    results = [sender.delay(*call) for call in calls()]
+    doomed = task.start(
+        worker_process, urls, "-c", "2", "--prefetch-multiplier", "2", "-n", node("fair-doomed"), module=ACKS
+    )
+    assert poll(lambda: coord.llen("ran") >= 30, 60), doomed.log()[-3000:]
+    coord.set("hold", 1)
+    # Both processes held at a body's start, every call completed there acknowledged, and on a
+    # Redis broker its prefetch full (so no message is between the broker and its books).
+    assert poll(lambda: coord.llen("held") >= 2, 30), doomed.log()[-3000:]
+
+    def settled() -> bool:
+        done = {entry.decode().split()[2] for entry in coord.lrange("ran", 0, -1)}
+        acked = {entry.decode() for entry in coord.lrange("acked", 0, -1)}
+        full = (
+            not urls["broker"].startswith("redis")
+            or app.connection_for_write().default_channel.client.hlen("unacked") >= 4
+        )
+        return done <= acked and full
+
+    assert poll(settled, 30), doomed.log()[-3000:]
+    pool = doomed.child_pids()
+    for pid in [*pool, doomed.pid]:
+        os.kill(pid, signal.SIGKILL)
+    doomed.process.wait(10)
+    assert poll(lambda: not any(process_alive(pid) for pid in pool), 10)
+    held = [entry.decode() for entry in coord.lrange("held", 0, -1)]
+    coord.delete("hold")
+    redeliver(app, urls)
+    kept = task.start(worker_process, urls, "-c", "2", "-n", node("fair-kept"))
+    assert drained(results, kept) == sorted(n for _, n in calls())
+    assert ran(coord) == Counter(calls())  # every call completed, once
+    completed = [entry.decode().split()[2] for entry in coord.lrange("ran", 0, -1)]
+    assert set(held) <= set(completed)  # the calls killed at their start ran on the second worker
+    # Each call counted out of its backlog once, the redelivered ones too: nothing left counted.
+    assert backlogs(app, locks) == [{}, {}, {}]
+
+
+@pytest.mark.parametrize("fault", ["flush", "restart"])
+def test_a_lock_redis_flushed_or_restarted_mid_drain_loses_nothing_and_completes_nothing_twice(
+    fault: str,
+    urls: dict[str, str],
+    coord: redis.Redis,
+    lock_server: RedisServer,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    task = fair(retry_countdown=0.3)
+    urls = {**urls, "locks": lock_server.url}
+    app = make_app(redislock_url=lock_server.url)
+    sender = task.sender(app)
+    results = [sender.delay(*call) for call in calls()]
+    proc = task.start(worker_process, urls, "-c", "2", "-n", node(f"fair-{fault}"))
+    assert poll(lambda: coord.llen("ran") >= 30, 60), proc.log()[-3000:]
+    if fault == "flush":
+        with lock_server.client() as client:
+            client.flushall()  # every backlog count and lane assignment gone
+    else:
+        lock_server.stop()
+        # Sent while the lanes' Redis is away: to a hashed lane, not lost.
+        results += [sender.delay("C", n) for n in range(5)]
+        assert poll(lambda: "Retrying fair.faults[" in proc.log(), 30), proc.log()[-3000:]
+        lock_server.start()  # without persistence: empty
+    late = [sender.delay("D", n) for n in range(5)]  # assigned again, from nothing
+    expected = Counter(calls()) + Counter([("D", n) for n in range(5)])
+    if fault == "restart":
+        expected += Counter([("C", n) for n in range(5)])
+
+    assert drained(results + late, proc) == sorted(n for _, n in expected.elements())
+    assert ran(coord) == expected
+    with lock_server.client() as client:
+        loads = client.hgetall(fair_keys(runtime_for(app).settings.key_prefix, "celery")[0])
+    assert all(int(load) >= 0 for load in loads.values()), loads  # never counted out twice
