@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any
 
-from .fair_share import VARIANTS, summary
 from .harness import _paired_ci, _paired_ratio
+
+#: The variants in the table's order (``benchmarks.fair_share.VARIANTS`` names them).
+ORDER = ("plain", "lock", "fair")
+
+
+def percentile(values: list[float], share: float) -> float:
+    """The nearest-rank percentile: a value that was measured, with ``share`` of them at or below."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(len(ordered) * share) - 1))]
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One variant's figures over its runs (as ``compact`` keeps them)."""
+    waits = [wait for run in runs for wait in run["b_waits"]]
+    return {
+        "b_wait_p50_s": percentile(waits, 0.50),
+        "b_wait_p99_s": percentile(waits, 0.99),
+        "b_wait_max_s": max(waits),
+        "a_ahead_median": statistics.median(n for run in runs for n in run["a_ahead"]),
+        "a_ahead_max": max(n for run in runs for n in run["a_ahead"]),
+        "drain_rates": [run["drain_rate"] for run in runs],
+        # Absent from results written before they were counted.
+        "scripts_per_call": statistics.median(run.get("scripts_per_call", math.nan) for run in runs),
+        "commands_per_call": statistics.median(run.get("commands_per_call", math.nan) for run in runs),
+    }
+
 
 #: What a variant is, in the table.
 LABELS = {
@@ -49,7 +75,7 @@ def markdown(figures: dict[str, Any], command: str) -> str:
         "| task | B's wait p50 | p99 | A ahead (median, most) | drain rate | vs plain |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    measured = [variant for variant in VARIANTS if variant in figures["runs"]]
+    measured = [variant for variant in ORDER if variant in figures["runs"]]
     rates = {variant: summary(figures["runs"][variant])["drain_rates"] for variant in measured}
     for variant in measured:
         row = summary(figures["runs"][variant])

@@ -26,8 +26,6 @@ import argparse
 import bisect
 import contextlib
 import json
-import math
-import statistics
 import sys
 import tempfile
 import textwrap
@@ -287,12 +285,6 @@ class Bench:
         return {name: n for name, n in calls.items() if name.split("|")[0] not in ("info", "hello", "client")}
 
 
-def percentile(values: list[float], share: float) -> float:
-    """The nearest-rank percentile: a value that was measured, with ``share`` of them at or below."""
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, math.ceil(len(ordered) * share) - 1))]
-
-
 #: The commands that run a script (the lock's and fair share's scripts are EVALSHA calls).
 SCRIPT_COMMANDS = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"})
 #: Points of a tenant's starts kept for the chart (every k-th start, the last always).
@@ -322,22 +314,6 @@ def compact(run: Run, chart: bool) -> dict[str, Any]:
     if chart:
         row["timeline"] = {tenant: timeline(run, tenant) for tenant in ("A", "B")}
     return row
-
-
-def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One variant's figures over its runs (as ``compact`` keeps them)."""
-    waits = [wait for run in runs for wait in run["b_waits"]]
-    return {
-        "b_wait_p50_s": percentile(waits, 0.50),
-        "b_wait_p99_s": percentile(waits, 0.99),
-        "b_wait_max_s": max(waits),
-        "a_ahead_median": statistics.median(n for run in runs for n in run["a_ahead"]),
-        "a_ahead_max": max(n for run in runs for n in run["a_ahead"]),
-        "drain_rates": [run["drain_rate"] for run in runs],
-        # Absent from results written before they were counted.
-        "scripts_per_call": statistics.median(run.get("scripts_per_call", math.nan) for run in runs),
-        "commands_per_call": statistics.median(run.get("commands_per_call", math.nan) for run in runs),
-    }
 
 
 def measure(args: argparse.Namespace, progress: Any) -> dict[str, Any]:
