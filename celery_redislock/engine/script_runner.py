@@ -1,25 +1,32 @@
 """How the engine's Redis calls are sent, the one way for every caller (the lock and semaphore
-engines, the modes): a command, or a Lua script by EVALSHA with EVAL after a NOSCRIPT reply,
-through the client's own ``execute_command``; many script calls pipelined in one round trip.
+engines, the modes): a command, or a Lua script by EVALSHA with EVAL after a NOSCRIPT reply;
+many script calls pipelined in one round trip.
 
-Through ``execute_command``, so whatever wraps it (OpenTelemetry's redis instrumentation, the
-client's ``Retry``, its response callbacks) sees each call as redis-py's own commands are seen.
+Speed when nobody is watching, traceability when someone is: on a connection the runner holds,
+a call is packed, sent and read through redis-py's public ``Connection`` API while
+``Redis.execute_command`` is redis-py's own; once something wraps it (OpenTelemetry's redis
+instrumentation, any other patcher), every call goes through the client's ``execute_command``,
+where the wrapper sees it. Either way the client's ``Retry`` and response callbacks apply.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
+from types import FunctionType
 from typing import Any
 
 import redis
+from redis.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .leases import Client
 
@@ -37,6 +44,32 @@ def sha_of(script: str) -> str:
     return hashlib.sha1(script.encode("utf-8")).hexdigest()
 
 
+#: The code of redis-py's own ``Redis.execute_command`` (under any wrapper already set when this
+#: module is imported): a class attribute that is another function, or no function at all (a
+#: wrapt proxy, as OpenTelemetry sets), has been wrapped.
+_OWN_EXECUTE = inspect.unwrap(redis.Redis.execute_command).__code__
+
+
+#: Whether connections may ask to be reconnected after a reply (redis-py 8's maintenance
+#: notifications: ``should_reconnect``); redis-py 5 has no such request.
+_RECONNECTS = hasattr(AbstractConnection, "should_reconnect")
+
+
+def is_redis_pys_own(execute_command: object) -> bool:
+    """True when ``execute_command`` (a client class's) is redis-py's, wrapped by nobody."""
+    return type(execute_command) is FunctionType and execute_command.__code__ is _OWN_EXECUTE
+
+
+def _observed() -> bool:
+    """True when redis-py's own metrics are on (redis-py 8's ``redis.observability``): they are
+    recorded inside ``execute_command`` only."""
+    try:
+        from redis.observability import get_observability_instance
+    except ImportError:  # redis-py before 8: none
+        return False
+    return bool(get_observability_instance().is_enabled())
+
+
 class ScriptRunner:
     """Runs commands and scripts on one client; a script is known by its source (no registration:
     a mode brings its own and nothing here names it), every key of a call in one cluster slot
@@ -50,6 +83,12 @@ class ScriptRunner:
     app's lock client), never for a caller's, whose ``max_connections`` it would use up. A
     thread that finds it busy goes through the pool; a forked child forgets it (the parent's
     socket).
+
+    On the held connection, while the client class's ``execute_command`` is redis-py's own
+    (checked each call: one attribute and one identity compare), a call is sent by ``Connection.pack_command``/``send_packed_command`` and read by
+    ``read_response``: ``execute_command``'s own wrapping (observability, retry closures,
+    connection hand-offs) costs a call more Python than packing and parsing it. Else, and on
+    any connection taken per call, through ``execute_command``.
     """
 
     def __init__(self, client: Client, *, hold: bool = False) -> None:
@@ -60,6 +99,12 @@ class ScriptRunner:
         #: (a restart, a failover) is sent again once, at once, as the pool does with an idle
         #: connection it finds closed; not when its server is down (that call failed already).
         self._held_ok = False
+        #: The client class, and its ``execute_command`` last found to be redis-py's own (None:
+        #: wrapped, or not judged yet): what each held call compares with.
+        self._kind = type(client)
+        self._own: object = None
+        #: Whether the held connection may be used directly (``_take`` judges it).
+        self._direct = False
         if hold and isinstance(client, redis.Redis) and client.connection is None:
             self._guard = threading.Lock()
             _holding.add(self)
@@ -73,9 +118,12 @@ class ScriptRunner:
         try:
             held = self._held
             if held is None:
-                held = self._held = self.client.client()  # type: ignore[union-attr]
+                held = self._take()
             try:
-                reply = held.execute_command(*args)
+                if self._direct and (self._kind.execute_command is self._own or self._judge()):
+                    reply = self._direct_call(held, args)
+                else:
+                    reply = held.execute_command(*args)  # type: ignore[no-untyped-call]
             except ResponseError:  # the server's answer: the connection is in order
                 raise
             except RedisConnectionError:
@@ -105,6 +153,41 @@ class ScriptRunner:
         except NoScriptError:
             return self.execute("EVAL", script, len(keys), *keys, *args)
 
+    def _take(self) -> redis.Redis:
+        """The held client, taken from the pool now; whether its connection may be used
+        directly: a connection of redis-py's own kinds (not a client-side cache's proxy, which
+        keeps its cache inside ``send_command``), with redis-py's own metrics off (recorded
+        inside ``execute_command`` only)."""
+        held: redis.Redis = self.client.client()  # type: ignore[union-attr]
+        self._held = held
+        self._direct = isinstance(held.connection, AbstractConnection) and not _observed()
+        return held
+
+    def _judge(self) -> bool:
+        """Whether the client class's ``execute_command`` is redis-py's own now (remembered,
+        so the next call's check is one identity compare)."""
+        execute_command = self._kind.execute_command
+        own = is_redis_pys_own(execute_command)
+        self._own = execute_command if own else None
+        return own
+
+    def _direct_call(self, held: redis.Redis, args: tuple[Any, ...]) -> Any:
+        """``args`` sent and read on the held connection as ``execute_command`` would: the
+        client's ``Retry`` on a connection error (the connection disconnected before each new
+        attempt), its response callback on the reply, and a reconnection when the server
+        asked for one (redis-py 8's maintenance notifications, read with the reply)."""
+        connection: Any = held.connection
+        try:
+            connection.send_packed_command(connection.pack_command(*args))
+            reply = connection.read_response()
+        except (RedisConnectionError, RedisTimeoutError) as error:
+            reply = _retried(connection, args, error)
+        if _RECONNECTS and connection.should_reconnect():
+            connection.disconnect()
+            connection.connect()
+        callback: Callable[[Any], Any] | None = held.response_callbacks.get(args[0])  # type: ignore[no-untyped-call]
+        return reply if callback is None else callback(reply)
+
     def _pooled(self, args: tuple[Any, ...]) -> Any:
         """``args`` sent on a connection the client takes for the call (from its pool)."""
         try:
@@ -132,6 +215,21 @@ class ScriptRunner:
         self._held = None
         self._held_ok = False
         self._guard = threading.Lock()
+
+
+def _retried(connection: Any, args: tuple[Any, ...], error: Exception) -> Any:
+    """What ``execute_command`` does after a connection error: the connection's ``Retry`` (the
+    client's) decides, ``error`` counted as its first failure, the connection disconnected
+    after each failure (the next attempt connects again)."""
+    failed = [error]
+
+    def attempt() -> Any:
+        if failed:
+            raise failed.pop()
+        connection.send_packed_command(connection.pack_command(*args))
+        return connection.read_response()
+
+    return connection.retry.call_with_retry(attempt, lambda _error: connection.disconnect())
 
 
 #: The runners that hold a connection, for the fork hook below.
