@@ -17,7 +17,7 @@ import inspect
 import os
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib import resources
 from types import FunctionType
 from typing import Any
@@ -49,6 +49,8 @@ def sha_of(script: str) -> str:
 #: wrapt proxy, as OpenTelemetry sets), has been wrapped.
 _OWN_EXECUTE = inspect.unwrap(redis.Redis.execute_command).__code__
 
+
+_UNKNOWN = object()
 
 #: Whether connections may ask to be reconnected after a reply (redis-py 8's maintenance
 #: notifications: ``should_reconnect``); redis-py 5 has no such request.
@@ -103,8 +105,11 @@ class ScriptRunner:
         #: wrapped, or not judged yet): what each held call compares with.
         self._kind = type(client)
         self._own: object = None
-        #: Whether the held connection may be used directly (``_take`` judges it).
-        self._direct = False
+        #: The held connection when it may be used directly (``_take`` judges it), else None;
+        #: the held client's response callbacks by command name, as looked up (its own: no
+        #: caller can change them), a plain dict's lookup where the client's is a method.
+        self._direct: Any = None
+        self._callbacks: dict[Any, Any] = {}
         if hold and isinstance(client, redis.Redis) and client.connection is None:
             self._guard = threading.Lock()
             _holding.add(self)
@@ -119,9 +124,26 @@ class ScriptRunner:
             held = self._held
             if held is None:
                 held = self._take()
+            connection = self._direct
             try:
-                if self._direct and (self._kind.execute_command is self._own or self._judge()):
-                    reply = self._direct_call(held, args)
+                if connection is not None and (self._kind.execute_command is self._own or self._judge()):
+                    # As execute_command would: the client's Retry after a connection error,
+                    # a reconnect when the server asked for one (redis-py 8's maintenance
+                    # notifications, read with the reply), the response callback.
+                    try:
+                        connection.send_packed_command(connection.pack_command(*args))
+                        reply = connection.read_response()
+                    except (RedisConnectionError, RedisTimeoutError) as error:
+                        reply = _retried(connection, args, error)
+                    if _RECONNECTS and connection.should_reconnect():
+                        connection.disconnect()
+                        connection.connect()
+                    name = args[0]
+                    callback = self._callbacks.get(name, _UNKNOWN)
+                    if callback is _UNKNOWN:
+                        callback = self._callbacks[name] = held.response_callbacks.get(name)  # type: ignore[no-untyped-call]
+                    if callback is not None:
+                        reply = callback(reply)
                 else:
                     reply = held.execute_command(*args)  # type: ignore[no-untyped-call]
             except ResponseError:  # the server's answer: the connection is in order
@@ -160,7 +182,8 @@ class ScriptRunner:
         inside ``execute_command`` only)."""
         held: redis.Redis = self.client.client()  # type: ignore[union-attr]
         self._held = held
-        self._direct = isinstance(held.connection, AbstractConnection) and not _observed()
+        direct = isinstance(held.connection, AbstractConnection) and not _observed()
+        self._direct = held.connection if direct else None
         return held
 
     def _judge(self) -> bool:
@@ -170,23 +193,6 @@ class ScriptRunner:
         own = is_redis_pys_own(execute_command)
         self._own = execute_command if own else None
         return own
-
-    def _direct_call(self, held: redis.Redis, args: tuple[Any, ...]) -> Any:
-        """``args`` sent and read on the held connection as ``execute_command`` would: the
-        client's ``Retry`` on a connection error (the connection disconnected before each new
-        attempt), its response callback on the reply, and a reconnection when the server
-        asked for one (redis-py 8's maintenance notifications, read with the reply)."""
-        connection: Any = held.connection
-        try:
-            connection.send_packed_command(connection.pack_command(*args))
-            reply = connection.read_response()
-        except (RedisConnectionError, RedisTimeoutError) as error:
-            reply = _retried(connection, args, error)
-        if _RECONNECTS and connection.should_reconnect():
-            connection.disconnect()
-            connection.connect()
-        callback: Callable[[Any], Any] | None = held.response_callbacks.get(args[0])  # type: ignore[no-untyped-call]
-        return reply if callback is None else callback(reply)
 
     def _pooled(self, args: tuple[Any, ...]) -> Any:
         """``args`` sent on a connection the client takes for the call (from its pool)."""
@@ -205,14 +211,14 @@ class ScriptRunner:
 
     def _give_back(self, held: redis.Redis) -> None:
         """Disconnect the held connection and give it back to the pool."""
-        self._held = None
+        self._held = self._direct = None
         if held.connection is not None:
             held.connection.disconnect()  # type: ignore[no-untyped-call]
         held.close()
 
     def _forget_held(self) -> None:
         # In a forked child: the held connection's socket is the parent's; never written to.
-        self._held = None
+        self._held = self._direct = None
         self._held_ok = False
         self._guard = threading.Lock()
 
