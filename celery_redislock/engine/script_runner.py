@@ -30,7 +30,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .leases import Client
 
-__all__ = ["ScriptRunner", "package_script", "pipelined_scripts", "sha_of"]
+__all__ = ["ScriptRunner", "is_redis_pys_own", "package_script", "pipelined_scripts", "sha_of"]
 
 
 def package_script(package: str, name: str) -> str:
@@ -49,7 +49,7 @@ def sha_of(script: str) -> str:
 #: wrapt proxy, as OpenTelemetry sets), has been wrapped.
 _OWN_EXECUTE = inspect.unwrap(redis.Redis.execute_command).__code__
 
-
+#: A command whose response callback is not looked up yet (None: it has none).
 _UNKNOWN = object()
 
 #: Whether connections may ask to be reconnected after a reply (redis-py 8's maintenance
