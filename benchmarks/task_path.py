@@ -33,6 +33,7 @@ without instructions (cache misses, system calls), which the worker benchmark st
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import re
 import resource
@@ -350,6 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     args.n = args.n or 5000
     warm_up(app, tasks, send)
     if args.only is not None:  # one batch of one kind, counted from outside (--instructions)
+        # Every variant's batch starts with the collector's counts at zero: otherwise a full
+        # collection of the whole heap, due to the warm-up's garbage, lands in one variant's
+        # batch and not another's (tens of thousands of instructions a task at --n 300).
+        gc.collect()
         if args.only != "none":
             user_us_per_task(app, tasks[args.only], args.n, 1000, send=send)
         return 0

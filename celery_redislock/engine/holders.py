@@ -65,7 +65,9 @@ def holder_id(task_id: str, hostname: str | None) -> str:
     tail = _tails.get(hostname)
     if tail is None:
         tail = _tails[hostname] = holder_prefix("", hostname, os.getpid())
-    return f"{_escaped(task_id)}{tail}{next(_sequence)}"
+    if "%" in task_id or "@" in task_id:  # never in Celery's own (uuid) task ids
+        task_id = _escaped(task_id)
+    return f"{task_id}{tail}{next(_sequence)}"
 
 
 def holder_prefix(task_id: str, hostname: str | None, pid: int | None = None) -> str:

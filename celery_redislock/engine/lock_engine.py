@@ -110,6 +110,8 @@ class LockEngine(BatchRenewal):
         Returns False when the lock had expired or another holder has it (nothing deleted).
         """
         if notify is None:  # the usual case: the server's conditional delete, or the shorter script
+            if self._delete is None:  # the server has none: the script, at once
+                return bool(self.runner.run(RELEASE_EXACT, (key,), (holder,)) == 1)
             return bool(self._release_exact(key, holder) == 1)
         return bool(self.runner.run(RELEASE, (key,), (holder, "0", notify)) == 1)
 

@@ -1,29 +1,36 @@
 """How the engine's Redis calls are sent, the one way for every caller (the lock and semaphore
-engines, the modes): a command, or a Lua script by EVALSHA with EVAL after a NOSCRIPT reply,
-through the client's own ``execute_command``; many script calls pipelined in one round trip.
+engines, the modes): a command, or a Lua script by EVALSHA with EVAL after a NOSCRIPT reply;
+many script calls pipelined in one round trip.
 
-Through ``execute_command``, so whatever wraps it (OpenTelemetry's redis instrumentation, the
-client's ``Retry``, its response callbacks) sees each call as redis-py's own commands are seen.
+Speed when nobody is watching, traceability when someone is: on a connection the runner holds,
+a call is packed, sent and read through redis-py's public ``Connection`` API while
+``Redis.execute_command`` is redis-py's own; once something wraps it (OpenTelemetry's redis
+instrumentation, any other patcher), every call goes through the client's ``execute_command``,
+where the wrapper sees it. Either way the client's ``Retry`` and response callbacks apply.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import os
 import threading
 import weakref
 from collections.abc import Sequence
 from importlib import resources
+from types import FunctionType
 from typing import Any
 
 import redis
+from redis.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .leases import Client
 
-__all__ = ["ScriptRunner", "package_script", "pipelined_scripts", "sha_of"]
+__all__ = ["ScriptRunner", "is_redis_pys_own", "package_script", "pipelined_scripts", "sha_of"]
 
 
 def package_script(package: str, name: str) -> str:
@@ -35,6 +42,34 @@ def package_script(package: str, name: str) -> str:
 def sha_of(script: str) -> str:
     """The SHA1 Redis knows ``script`` by (as redis-py's ``Script`` computes it), once each."""
     return hashlib.sha1(script.encode("utf-8")).hexdigest()
+
+
+#: The code of redis-py's own ``Redis.execute_command`` (under any wrapper already set when this
+#: module is imported): a class attribute that is another function, or no function at all (a
+#: wrapt proxy, as OpenTelemetry sets), has been wrapped.
+_OWN_EXECUTE = inspect.unwrap(redis.Redis.execute_command).__code__
+
+#: A command whose response callback is not looked up yet (None: it has none).
+_UNKNOWN = object()
+
+#: Whether connections may ask to be reconnected after a reply (redis-py 8's maintenance
+#: notifications: ``should_reconnect``); redis-py 5 has no such request.
+_RECONNECTS = hasattr(AbstractConnection, "should_reconnect")
+
+
+def is_redis_pys_own(execute_command: object) -> bool:
+    """True when ``execute_command`` (a client class's) is redis-py's, wrapped by nobody."""
+    return type(execute_command) is FunctionType and execute_command.__code__ is _OWN_EXECUTE
+
+
+def _observed() -> bool:
+    """True when redis-py's own metrics are on (redis-py 8's ``redis.observability``): they are
+    recorded inside ``execute_command`` only."""
+    try:
+        from redis.observability import get_observability_instance
+    except ImportError:  # redis-py before 8: none
+        return False
+    return bool(get_observability_instance().is_enabled())
 
 
 class ScriptRunner:
@@ -50,6 +85,12 @@ class ScriptRunner:
     app's lock client), never for a caller's, whose ``max_connections`` it would use up. A
     thread that finds it busy goes through the pool; a forked child forgets it (the parent's
     socket).
+
+    On the held connection, while the client class's ``execute_command`` is redis-py's own
+    (checked each call: one attribute and one identity compare), a call is sent by ``Connection.pack_command``/``send_packed_command`` and read by
+    ``read_response``: ``execute_command``'s own wrapping (observability, retry closures,
+    connection hand-offs) costs a call more Python than packing and parsing it. Else, and on
+    any connection taken per call, through ``execute_command``.
     """
 
     def __init__(self, client: Client, *, hold: bool = False) -> None:
@@ -60,6 +101,15 @@ class ScriptRunner:
         #: (a restart, a failover) is sent again once, at once, as the pool does with an idle
         #: connection it finds closed; not when its server is down (that call failed already).
         self._held_ok = False
+        #: The client class, and its ``execute_command`` last found to be redis-py's own (None:
+        #: wrapped, or not judged yet): what each held call compares with.
+        self._kind = type(client)
+        self._own: object = None
+        #: The held connection when it may be used directly (``_take`` judges it), else None;
+        #: the held client's response callbacks by command name, as looked up (its own: no
+        #: caller can change them), a plain dict's lookup where the client's is a method.
+        self._direct: Any = None
+        self._callbacks: dict[Any, Any] = {}
         if hold and isinstance(client, redis.Redis) and client.connection is None:
             self._guard = threading.Lock()
             _holding.add(self)
@@ -73,9 +123,29 @@ class ScriptRunner:
         try:
             held = self._held
             if held is None:
-                held = self._held = self.client.client()  # type: ignore[union-attr]
+                held = self._take()
+            connection = self._direct
             try:
-                reply = held.execute_command(*args)
+                if connection is not None and (self._kind.execute_command is self._own or self._judge()):
+                    # As execute_command would: the client's Retry after a connection error,
+                    # a reconnect when the server asked for one (redis-py 8's maintenance
+                    # notifications, read with the reply), the response callback.
+                    try:
+                        connection.send_packed_command(connection.pack_command(*args))
+                        reply = connection.read_response()
+                    except (RedisConnectionError, RedisTimeoutError) as error:
+                        reply = _retried(connection, args, error)
+                    if _RECONNECTS and connection.should_reconnect():
+                        connection.disconnect()
+                        connection.connect()
+                    name = args[0]
+                    callback = self._callbacks.get(name, _UNKNOWN)
+                    if callback is _UNKNOWN:
+                        callback = self._callbacks[name] = held.response_callbacks.get(name)  # type: ignore[no-untyped-call]
+                    if callback is not None:
+                        reply = callback(reply)
+                else:
+                    reply = held.execute_command(*args)  # type: ignore[no-untyped-call]
             except ResponseError:  # the server's answer: the connection is in order
                 raise
             except RedisConnectionError:
@@ -105,6 +175,25 @@ class ScriptRunner:
         except NoScriptError:
             return self.execute("EVAL", script, len(keys), *keys, *args)
 
+    def _take(self) -> redis.Redis:
+        """The held client, taken from the pool now; whether its connection may be used
+        directly: a connection of redis-py's own kinds (not a client-side cache's proxy, which
+        keeps its cache inside ``send_command``), with redis-py's own metrics off (recorded
+        inside ``execute_command`` only)."""
+        held: redis.Redis = self.client.client()  # type: ignore[union-attr]
+        self._held = held
+        direct = isinstance(held.connection, AbstractConnection) and not _observed()
+        self._direct = held.connection if direct else None
+        return held
+
+    def _judge(self) -> bool:
+        """Whether the client class's ``execute_command`` is redis-py's own now (remembered,
+        so the next call's check is one identity compare)."""
+        execute_command = self._kind.execute_command
+        own = is_redis_pys_own(execute_command)
+        self._own = execute_command if own else None
+        return own
+
     def _pooled(self, args: tuple[Any, ...]) -> Any:
         """``args`` sent on a connection the client takes for the call (from its pool)."""
         try:
@@ -122,16 +211,31 @@ class ScriptRunner:
 
     def _give_back(self, held: redis.Redis) -> None:
         """Disconnect the held connection and give it back to the pool."""
-        self._held = None
+        self._held = self._direct = None
         if held.connection is not None:
             held.connection.disconnect()  # type: ignore[no-untyped-call]
         held.close()
 
     def _forget_held(self) -> None:
         # In a forked child: the held connection's socket is the parent's; never written to.
-        self._held = None
+        self._held = self._direct = None
         self._held_ok = False
         self._guard = threading.Lock()
+
+
+def _retried(connection: Any, args: tuple[Any, ...], error: Exception) -> Any:
+    """What ``execute_command`` does after a connection error: the connection's ``Retry`` (the
+    client's) decides, ``error`` counted as its first failure, the connection disconnected
+    after each failure (the next attempt connects again)."""
+    failed = [error]
+
+    def attempt() -> Any:
+        if failed:
+            raise failed.pop()
+        connection.send_packed_command(connection.pack_command(*args))
+        return connection.read_response()
+
+    return connection.retry.call_with_retry(attempt, lambda _error: connection.disconnect())
 
 
 #: The runners that hold a connection, for the fork hook below.

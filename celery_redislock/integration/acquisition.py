@@ -19,6 +19,7 @@ from ..engine import (
     AcquireStatus,
     Lease,
     LeaseEngine,
+    LockEngine,
     SemaphoreEngine,
     SemaphoreLease,
     SlotResult,
@@ -174,7 +175,13 @@ class Holding:
                 outcome = "handed_over"
             elif self.mode.on_release(self):  # released the mode's own way (a throttle's window)
                 outcome = "mode"
-            elif engine.release(lease.key, lease.holder, notify=self._notice(lease.key)):
+            elif engine.release(
+                # Published only where an execution of the task may be waiting for it (an
+                # on_duplicate="wait" anywhere in its configuration).
+                lease.key,
+                lease.holder,
+                notify=runtime.release_channel(lease.key) if runtime.waited_on(task) else None,
+            ):
                 count("released", task=task)
                 outcome = "released"
             else:
@@ -190,12 +197,6 @@ class Holding:
                 exc,
                 self.options.lock_timeout,
             )
-
-    def _notice(self, key: str) -> str | None:
-        """Where the release is published: nowhere when no execution of the task can be
-        waiting for it (no ``on_duplicate="wait"`` anywhere in its configuration)."""
-        runtime = self.runtime
-        return runtime.release_channel(key) if runtime.waited_on(self.info.task_name) else None
 
     def cancel_hand_over(self, to: str) -> None:
         """Free a lock handed to ``to`` whose next run will not come (no retry was sent)."""
@@ -215,7 +216,7 @@ def acquire(execution: Execution) -> Outcome:
         return _acquire_slot(execution)
     runtime, key = execution.runtime, execution.key
     engine = runtime.engine
-    if _take_free(execution):  # the usual case: held at once, no result object between
+    if _take_free(execution, engine):  # the usual case: held at once, no result object between
         return _hold(execution, engine, Lease(key, execution.holder, options.timeout_ms))
     # Found held, or a lock taken at enqueue to take over, or fenced: the acquire script.
     result = _try_acquire(execution, expect_free=False)
@@ -269,7 +270,7 @@ def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireRe
     # locked at enqueue finds its key held (by its own @queued lock): straight to the acquire
     # script, not a SET NX that must fail first.
     engine, options = execution.runtime.engine, execution.options
-    if expect_free and _take_free(execution):
+    if expect_free and _take_free(execution, engine):
         return AcquireResult(AcquireStatus.TAKEN, execution.holder)
     return engine.acquire(
         execution.key,
@@ -282,14 +283,14 @@ def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireRe
     )
 
 
-def _take_free(execution: Execution) -> bool:
+def _take_free(execution: Execution, engine: LockEngine) -> bool:
     """The usual case, a free key, taken by the SET NX alone, before the acquire script's
     arguments (the hand-over id) are even built. Not for a task locked at enqueue (its key is
     held by its own @queued lock) nor a fenced one (only the script issues a token)."""
     options = execution.options
     if options.lock_on != "execute" or options.fencing:
         return False
-    return execution.runtime.engine.take(execution.key, execution.holder, options.timeout_ms)
+    return engine.take(execution.key, execution.holder, options.timeout_ms)
 
 
 def _wait(execution: Execution) -> AcquireResult:

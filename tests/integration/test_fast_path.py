@@ -9,10 +9,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from celery_redislock.contrib.testing import RedisServer
 from celery_redislock.engine import AcquireResult, AcquireStatus, LockEngine
@@ -317,3 +319,46 @@ def test_a_tasks_calls_go_through_execute_command_where_instrumentation_sees_the
     # The first release also asks which conditional delete the server has.
     assert seen[0] == "SET" and "COMMAND LIST" in seen
     assert seen[-2] in ("EVALSHA", "DELIFEQ", "DELEX") and seen[-1] in ("EVALSHA", "EVAL")
+
+
+class CountingBackoff(NoBackoff):
+    """A Backoff of the client's Retry that notes each failure it is asked to wait after (the
+    Retry asks only when it is going to try again). Noted on the class: each connection gets a
+    deep copy of the client's Retry."""
+
+    failures: ClassVar[list[int]] = []
+
+    def compute(self, failures: int) -> float:
+        CountingBackoff.failures.append(failures)
+        return 0
+
+
+def kill_connections(redislock_redis: redis.Redis, name: str) -> None:
+    """Close, server side, every connection named ``name``: as a restart or a proxy drops them."""
+    killed = 0
+    for client in redislock_redis.client_list():
+        if client["name"] == name:
+            killed += redislock_redis.execute_command("CLIENT", "KILL", "ID", client["id"])
+    assert killed >= 1
+
+
+@pytest.mark.parametrize("retries", [2, 0])
+def test_a_held_connection_dropped_between_calls_is_retried_as_the_client_retries(
+    redislock_server: RedisServer, redislock_redis: redis.Redis, retries: int
+) -> None:
+    name = f"dropped-{uuid.uuid4().hex[:8]}"
+    CountingBackoff.failures = []
+    client = redislock_server.client(client_name=name, retry=Retry(CountingBackoff(), retries))
+    try:
+        engine = LockEngine(client, hold_connection=True)
+        assert engine.acquire("lock:dropped", "me", 10_000).acquired
+        kill_connections(redislock_redis, name)
+        assert engine.release("lock:dropped", "me") is True  # sent again, once, and done
+        assert redislock_redis.exists("lock:dropped") == 0
+        # With retries, the client's Retry sent it again on the same connection (connected
+        # anew), as its execute_command does; with none, the pool did, as it does for an idle
+        # connection found closed.
+        assert CountingBackoff.failures == ([1] if retries else [])
+        assert engine.acquire("lock:dropped", "me", 10_000).acquired
+    finally:
+        client.close()
