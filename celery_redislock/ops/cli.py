@@ -20,6 +20,7 @@ from .fair_cli import fair
 from .inventory import mode_keys
 from .limit_cli import limit
 from .listing import Lock, held_locks, lock_pattern, purge_locks, scan_locks
+from .web_cli import web
 
 __all__ = ["redislock"]
 
@@ -145,7 +146,7 @@ def _yes_flag(group: str) -> Callable[[_F], _F]:
 @click.pass_context
 @handle_preload_options
 def redislock(ctx: click.Context, **kwargs: Any) -> None:
-    """List, release and purge celery_redislock locks.
+    """List, release and purge celery_redislock locks; serve a page of them.
 
     A lock removed here while its task still runs is taken back by that
     task's next renewal; these commands are for locks left behind.
@@ -294,3 +295,4 @@ def _say_left(cli: CLIContext, runtime: Runtime, task: str | None) -> None:
 
 redislock.add_command(limit)
 redislock.add_command(fair)
+redislock.add_command(web)

@@ -11,7 +11,7 @@ from ..engine.leases import as_text
 from ..engine.timing import NO_KEY, ttl_seconds
 from ..integration.runtime import Runtime
 
-__all__ = ["Lock", "held_locks", "lock_pattern", "purge_locks", "scan_locks", "task_of"]
+__all__ = ["Lock", "held_locks", "lock_pattern", "purge_locks", "release_held", "scan_locks", "task_of"]
 
 
 class Lock(NamedTuple):
@@ -91,3 +91,16 @@ def purge_locks(runtime: Runtime, task: str | None, removed: Callable[[str], Non
         for (_, key, _), gone in zip(batch, deleted):
             if gone:
                 removed(key)
+
+
+def release_held(runtime: Runtime, key: str, holders: list[str]) -> int:
+    """Free ``key`` from those of ``holders`` that still hold it (compare-and-delete: a holder
+    that came since is left alone), waking its waiters; how many were freed. A semaphore's key
+    (max_concurrency > 1) gives back their slots; a lock's is deleted if its one holder is among them."""
+    notify = runtime.release_channel(key)
+    if runtime.semaphores.state(key) is not None:
+        return runtime.semaphores.release_holders(key, holders, notify=notify)
+    holder = runtime.engine.holder_of(key)
+    if holder is None or holder not in holders:
+        return 0
+    return int(runtime.engine.release(key, holder, notify=notify))

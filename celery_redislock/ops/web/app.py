@@ -1,0 +1,149 @@
+"""The web page as a Flask (WSGI) app: the held locks, the modes' keys and the rate limits, the
+workers' counters over time, and, when allowed, a lock's release through a confirmed POST."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+from urllib.parse import urlencode
+
+from celery import Celery
+from flask import Flask, Response, abort, flash, redirect, render_template, request, url_for
+
+from ...integration.runtime import runtime_for
+from ..listing import release_held, task_of
+from .guard import CSRF_FIELD, Auth, csrf_token, harden, valid_csrf
+from .history import CounterHistory, StatsPoller
+from .views import SeenSince, check_task_filter, overview
+
+__all__ = ["WebState", "create_app"]
+
+#: Lock rows a page shows at most; more are named, to be narrowed by task or key.
+MAX_ROWS = 500
+
+
+class WebState:
+    """What one page app keeps: its Celery app, permissions, and the counters' history."""
+
+    def __init__(self, app: Celery, allow_release: bool, auth: Auth | None, poller: StatsPoller) -> None:
+        self.app = app
+        self.allow_release = allow_release
+        self.auth = auth
+        self.poller = poller
+        self.seen = SeenSince()
+
+    def stop(self) -> None:
+        """Stop polling the workers' counters (a host app that mounts the page may call it at exit)."""
+        self.poller.stop()
+
+
+def create_app(
+    app: Celery,
+    *,
+    allow_release: bool = False,
+    auth: Auth | None = None,
+    secret_key: str | bytes | None = None,
+    poll_interval: float = 5.0,
+    history: int = 120,
+    refresh: int = 0,
+) -> Flask:
+    """The page of ``app``'s locks, a WSGI app to serve or to mount under a path.
+
+    Read-only unless ``allow_release``. ``auth``: ``guard.parse_auth("user:password")`` or a
+    token. ``secret_key`` signs the session cookie that keeps the CSRF token: give the same one
+    to every process serving the page (by default each process draws its own). The workers'
+    counters are polled every ``poll_interval`` seconds from the first view; the last
+    ``history`` polls are charted. ``refresh``: seconds between the browser's reloads (0: none).
+    """
+    web = Flask(__name__)
+    web.config.update(
+        SECRET_KEY=secret_key or secrets.token_bytes(32),
+        # Its own name: a host Flask app's session cookie is left alone.
+        SESSION_COOKIE_NAME="redislock_web",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Strict",
+        MAX_CONTENT_LENGTH=1024 * 1024,
+    )
+    state = WebState(app, allow_release, auth, StatsPoller(app, CounterHistory(history), poll_interval))
+    web.extensions["redislock"] = state
+    web.jinja_env.globals.update(csrf_field=CSRF_FIELD, csrf_token=csrf_token, allow_release=allow_release)
+
+    @web.before_request
+    def _authenticate() -> Response | None:
+        if state.auth is not None and not state.auth.allows(request):
+            return state.auth.challenge()
+        if request.method == "POST" and not valid_csrf(request):
+            abort(403, "missing or wrong CSRF token: reload the page and try again")
+        return None
+
+    web.after_request(harden)
+
+    @web.get("/")
+    def index() -> str:
+        state.poller.start()
+        task = request.args.get("task", "").strip() or None
+        search = request.args.get("q", "")
+        problem = check_task_filter(task) if task is not None else None
+        runtime = runtime_for(app)
+        shown = None if problem else overview(runtime, app, task, search, MAX_ROWS, state.seen)
+        return render_template(
+            "index.html",
+            task=task or "",
+            search=search,
+            problem=problem,
+            shown=shown,
+            charts=state.poller.history.charts(task),
+            polls=len(state.poller.history.samples()),
+            interval=state.poller.interval,
+            refresh=refresh,
+            max_rows=MAX_ROWS,
+        )
+
+    @web.get("/release")
+    def confirm() -> str:
+        _may_release(state)
+        runtime = runtime_for(app)
+        key = request.args.get("key")
+        task = request.args.get("task")
+        if key is not None:
+            if task_of(key, runtime.settings.key_prefix, None) is None:
+                abort(400, f"{key!r} is not a lock key of this app")
+            rows = [row for row in overview(runtime, app, None, key, MAX_ROWS, state.seen).locks.rows]
+            rows = [row for row in rows if row.key == key]
+        elif task:
+            problem = check_task_filter(task)
+            if problem:
+                abort(400, problem)
+            rows = overview(runtime, app, task, "", MAX_ROWS, state.seen).locks.rows
+        else:
+            abort(400, "name a lock (key=...) or a task (task=...) to release")
+        return render_template("confirm.html", rows=rows, key=key, task=task)
+
+    @web.post("/release")
+    def release() -> Any:
+        _may_release(state)
+        runtime = runtime_for(app)
+        prefix = runtime.settings.key_prefix
+        pairs = list(zip(request.form.getlist("key"), request.form.getlist("holder")))
+        if not pairs:
+            abort(400, "no lock to release")
+        wanted: dict[str, list[str]] = {}
+        for key, holder in pairs:
+            if task_of(key, prefix, None) is None:
+                abort(400, f"{key!r} is not a lock key of this app")
+            wanted.setdefault(key, []).append(holder)
+        released = sum(release_held(runtime, key, holders) for key, holders in wanted.items())
+        asked = len(pairs)
+        message = f"Released {released} of {asked} lock(s)"
+        if released < asked:
+            message += ": the others had expired or changed hands since"
+        flash(message)
+        back = {k: v for k, v in (("task", request.form.get("task", "")),) if v}
+        return redirect(url_for("index") + (f"?{urlencode(back)}" if back else ""), 303)
+
+    return web
+
+
+def _may_release(state: WebState) -> None:
+    if not state.allow_release:
+        abort(403, "releasing locks is not allowed here (start the page with --allow-release)")

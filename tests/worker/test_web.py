@@ -1,0 +1,269 @@
+"""The web page (``celery_redislock.ops.web``) through Flask's test client, on a real redis-server:
+what it shows, that Redis data stays text, that a release needs permission, a POST and the CSRF
+token, and the counters it polls from a real worker."""
+
+from __future__ import annotations
+
+import base64
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+from flask import Flask
+from flask.testing import FlaskClient
+
+from celery_redislock import SingletonTask
+from celery_redislock.config.arguments import digest
+from celery_redislock.engine.keys import format_key
+from celery_redislock.integration.runtime import runtime_for
+from celery_redislock.ops.web import create_app, parse_auth
+from celery_redislock.ops.web.history import ALL_TASKS
+
+from .conftest import poll
+
+ADD = "proj.add"
+REPORT = "proj.report"
+XSS = "<script>alert(1)</script>"
+
+
+def lock_key(task: str, name: str) -> str:
+    return format_key("redislock", task, digest(name))
+
+
+@pytest.fixture
+def app(make_app: Callable[..., Celery]) -> Celery:
+    return make_app()
+
+
+@pytest.fixture
+def pages(app: Celery) -> Iterator[Callable[..., FlaskClient]]:
+    """``pages(allow_release=True)``: a test client of a page of ``app`` made with those options."""
+    made: list[Flask] = []
+
+    def make(**options: Any) -> FlaskClient:
+        page = create_app(app, **options)
+        made.append(page)
+        return page.test_client()
+
+    yield make
+    for page in made:
+        page.extensions["redislock"].stop()
+
+
+@pytest.fixture
+def held(locks: redis.Redis) -> dict[str, str]:
+    holders = {
+        lock_key(ADD, "a"): "task-a@celery@host1:0badc0de:101:1",
+        lock_key(ADD, "b"): "task-b@celery@host2:0badc0de:202:7",
+        lock_key(REPORT, "c"): "task-c@handover",
+    }
+    for key, holder in holders.items():
+        locks.set(key, holder, px=60_000)
+    return holders
+
+
+def text(response: Any) -> str:
+    return str(response.get_data(as_text=True))
+
+
+def csrf_of(page: str) -> str:
+    found = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert found, page
+    return found.group(1)
+
+
+def test_the_page_lists_each_held_lock_with_its_task_holder_worker_and_ttl(
+    pages: Callable[..., FlaskClient], held: dict[str, str]
+) -> None:
+    response = pages().get("/")
+    assert response.status_code == 200
+    page = text(response)
+    for key in held:
+        assert key in page
+    assert "task-a" in page and "celery@host1 (pid 101)" in page
+    assert "task-b" in page and "celery@host2 (pid 202)" in page
+    assert "handover" in page  # a lock no execution holds names what holds it
+    assert re.search(r"<td class=\"num\">(59|60)\.\d</td>", page)  # TTL left, in seconds
+
+
+def test_filter_by_task_and_search_by_key(pages: Callable[..., FlaskClient], held: dict[str, str]) -> None:
+    client = pages()
+    by_task = text(client.get("/", query_string={"task": ADD}))
+    assert lock_key(ADD, "a") in by_task and lock_key(ADD, "b") in by_task
+    assert lock_key(REPORT, "c") not in by_task
+    one = lock_key(ADD, "b")
+    by_key = text(client.get("/", query_string={"q": one[-12:]}))
+    assert one in by_key and lock_key(ADD, "a") not in by_key
+    bad = text(client.get("/", query_string={"task": "a:b"}))
+    assert "&#39;a:b&#39; is not a task name" in bad
+
+
+def test_a_fenced_lock_shows_its_token_and_its_age_from_the_server_clock(
+    pages: Callable[..., FlaskClient], app: Celery
+) -> None:
+    key = lock_key(REPORT, "fenced")
+    taken = runtime_for(app).engine.acquire(key, "t1@celery@w:0badc0de:7:1", 60_000, fencing=True)
+    assert taken.token is not None
+    page = text(pages().get("/"))
+    assert f'<td class="num">{taken.token}</td>' in page
+    assert re.search(r'<td class="num">\d+s</td>', page)  # an age known, not "seen since" (>=)
+
+
+def test_a_key_and_a_holder_with_markup_are_shown_as_text(
+    pages: Callable[..., FlaskClient], locks: redis.Redis
+) -> None:
+    key = lock_key(XSS, "x")
+    locks.set(key, f"{XSS}@celery@host:0badc0de:1:1", px=60_000)
+    page = text(pages(allow_release=True).get("/"))
+    assert XSS not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    confirm = text(pages(allow_release=True).get("/release", query_string={"key": key}))
+    assert XSS not in confirm and "&lt;script&gt;" in confirm
+
+
+def test_the_page_sends_headers_that_run_no_script(pages: Callable[..., FlaskClient]) -> None:
+    response = pages().get("/")
+    assert "script-src" not in response.headers["Content-Security-Policy"]  # default-src 'none' rules
+    assert "default-src 'none'" in response.headers["Content-Security-Policy"]
+    assert response.headers["X-Frame-Options"] == "DENY"
+
+
+def test_read_only_by_default_every_release_is_refused(
+    pages: Callable[..., FlaskClient], held: dict[str, str], locks: redis.Redis
+) -> None:
+    client = pages()
+    key = lock_key(ADD, "a")
+    assert "Release" not in text(client.get("/"))
+    assert client.get("/release", query_string={"key": key}).status_code == 403
+    token = csrf_of(text(pages(allow_release=True).get("/release", query_string={"key": key})))
+    response = client.post("/release", data={"key": key, "holder": held[key], "csrf_token": token})
+    assert response.status_code == 403
+    assert locks.get(key) == held[key].encode()
+
+
+def test_a_release_is_confirmed_then_posted_with_the_csrf_token(
+    pages: Callable[..., FlaskClient], held: dict[str, str], locks: redis.Redis
+) -> None:
+    client = pages(allow_release=True)
+    key = lock_key(ADD, "a")
+    confirm = client.get("/release", query_string={"key": key})
+    assert confirm.status_code == 200 and locks.get(key) is not None  # a GET changes nothing
+    token = csrf_of(text(confirm))
+    form = {"key": key, "holder": held[key]}
+    assert client.post("/release", data=form).status_code == 403  # no token
+    assert client.post("/release", data={**form, "csrf_token": "forged"}).status_code == 403
+    # Another browser (no session cookie) with this page's token: refused too.
+    assert pages(allow_release=True).post("/release", data={**form, "csrf_token": token}).status_code == 403
+    assert locks.get(key) == held[key].encode()
+    done = client.post("/release", data={**form, "csrf_token": token}, follow_redirects=True)
+    assert done.status_code == 200
+    assert "Released 1 of 1 lock(s)" in text(done)
+    assert locks.get(key) is None
+    assert locks.get(lock_key(ADD, "b")) is not None
+
+
+def test_a_release_leaves_a_lock_that_changed_hands_since_it_was_confirmed(
+    pages: Callable[..., FlaskClient], held: dict[str, str], locks: redis.Redis
+) -> None:
+    client = pages(allow_release=True)
+    key = lock_key(ADD, "a")
+    token = csrf_of(text(client.get("/release", query_string={"key": key})))
+    locks.set(key, "someone-else@celery@host3:0badc0de:3:1", px=60_000)
+    done = client.post(
+        "/release", data={"key": key, "holder": held[key], "csrf_token": token}, follow_redirects=True
+    )
+    assert "Released 0 of 1 lock(s): the others had expired or changed hands since" in text(done)
+    assert locks.get(key) == b"someone-else@celery@host3:0badc0de:3:1"
+
+
+def test_release_all_of_a_task(
+    pages: Callable[..., FlaskClient], held: dict[str, str], locks: redis.Redis
+) -> None:
+    client = pages(allow_release=True)
+    confirm = text(client.get("/release", query_string={"task": ADD}))
+    assert "Release 2 lock(s)" in confirm and lock_key(REPORT, "c") not in confirm
+    form = {"key": [lock_key(ADD, "a"), lock_key(ADD, "b")], "task": ADD, "csrf_token": csrf_of(confirm)}
+    form["holder"] = [held[key] for key in form["key"]]
+    assert "Released 2 of 2" in text(client.post("/release", data=form, follow_redirects=True))
+    assert locks.get(lock_key(ADD, "a")) is None and locks.get(lock_key(ADD, "b")) is None
+    assert locks.get(lock_key(REPORT, "c")) is not None
+
+
+def test_a_post_naming_a_key_of_no_lock_of_the_app_is_refused(
+    pages: Callable[..., FlaskClient], held: dict[str, str], locks: redis.Redis
+) -> None:
+    client = pages(allow_release=True)
+    locks.set("other:key", "x")
+    token = csrf_of(text(client.get("/release", query_string={"task": ADD})))
+    response = client.post("/release", data={"key": "other:key", "holder": "x", "csrf_token": token})
+    assert response.status_code == 400
+    assert locks.get("other:key") == b"x"
+
+
+@pytest.mark.parametrize(
+    ("spec", "header", "allowed"),
+    [
+        ("ops:s3cret", "Basic " + base64.b64encode(b"ops:s3cret").decode(), True),
+        ("ops:s3cret", "Basic " + base64.b64encode(b"ops:wrong").decode(), False),
+        ("ops:s3cret", "Bearer s3cret", False),
+        ("tok3n", "Bearer tok3n", True),
+        ("tok3n", "Basic " + base64.b64encode(b"anyone:tok3n").decode(), True),
+        ("tok3n", "Bearer nope", False),
+        ("tok3n", None, False),
+    ],
+)
+def test_auth(pages: Callable[..., FlaskClient], spec: str, header: str | None, allowed: bool) -> None:
+    client = pages(auth=parse_auth(spec))
+    response = client.get("/", headers={"Authorization": header} if header else {})
+    assert response.status_code == (200 if allowed else 401)
+    if not allowed:
+        assert response.headers["WWW-Authenticate"].startswith("Basic ")
+
+
+def test_the_page_charts_the_counters_it_polls_from_a_real_worker(
+    app: Celery, pages: Callable[..., FlaskClient], worker: Callable[..., Any]
+) -> None:
+    @app.task(base=SingletonTask, shared=False, name="web.counted", lock_key=["n"])
+    def counted(n: int) -> int:
+        return n
+
+    client = pages(poll_interval=0.5)
+    state = client.application.extensions["redislock"]
+    with worker(app, pool="solo", concurrency=1):
+        for n in range(3):
+            counted.delay(n).get(timeout=20)
+
+        def polled_three() -> bool:
+            samples = state.poller.history.samples()
+            counts = [totals.get(ALL_TASKS, {}).get("acquired", 0) for _, totals in samples]
+            return bool(counts) and max(counts) >= 3
+
+        client.get("/")  # the first view starts the polling
+        assert poll(polled_three, 30)
+        page = text(client.get("/"))
+    assert "<svg" in page and "<polyline" in page
+    assert "acquired 3" in page
+
+
+def test_web_without_the_extra_names_the_extra_to_install(tmp_path: Path, urls: dict[str, str]) -> None:
+    (tmp_path / "webapp.py").write_text(
+        f"from celery import Celery\napp = Celery('webapp')\napp.conf.redislock_url = {urls['locks']!r}\n"
+    )
+    probe = (
+        "import sys; sys.modules['flask'] = None; sys.modules['waitress'] = None\n"
+        "import celery_redislock.ops.cli\n"  # the command group loads without the extra
+        "from celery.bin.celery import main\n"
+        "sys.argv = ['celery', '-A', 'webapp', 'redislock', 'web']\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0
+    assert "pip install 'celery-redislock[web]'" in done.stderr, done.stderr
