@@ -267,3 +267,32 @@ def test_web_without_the_extra_names_the_extra_to_install(tmp_path: Path, urls: 
     )
     assert done.returncode != 0
     assert "pip install 'celery-redislock[web]'" in done.stderr, done.stderr
+
+
+def test_mounted_under_a_path_of_a_host_flask_app_its_links_and_release_stay_under_it(
+    app: Celery, held: dict[str, str], locks: redis.Redis
+) -> None:
+    # As docs/operations/web.md mounts it: werkzeug's DispatcherMiddleware under /locks.
+    from werkzeug.middleware.dispatcher import DispatcherMiddleware
+
+    host = Flask("host")
+    host.secret_key = "host-secret"
+
+    @host.get("/")
+    def home() -> str:
+        return "host home"
+
+    page = create_app(app, allow_release=True, poll_interval=60)
+    host.wsgi_app = DispatcherMiddleware(host.wsgi_app, {"/locks": page})  # type: ignore[method-assign]
+    client = host.test_client()
+    assert text(client.get("/")) == "host home"
+    listing = text(client.get("/locks/"))
+    key = lock_key(ADD, "a")
+    assert 'href="/locks/release?key=redislock' in listing and 'href="/locks/?task=proj.add"' in listing
+    confirm = text(client.get("/locks/release", query_string={"key": key}))
+    assert 'action="/locks/release"' in confirm
+    form = {"key": key, "holder": held[key], "csrf_token": csrf_of(confirm)}
+    done = client.post("/locks/release", data=form)
+    assert done.status_code == 303 and done.headers["Location"].startswith("/locks/")
+    page.extensions["redislock"].stop()
+    assert locks.get(key) is None
