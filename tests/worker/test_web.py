@@ -240,8 +240,13 @@ def test_the_page_charts_the_counters_it_polls_from_a_real_worker(
             counted.delay(n).get(timeout=20)
 
         def polled_three() -> bool:
+            # Under the task's name where the reply breaks the counters down per task, else
+            # under ALL_TASKS (the worker's totals): either way three acquired.
             samples = state.poller.history.samples()
-            counts = [totals.get(ALL_TASKS, {}).get("acquired", 0) for _, totals in samples]
+            counts = [
+                totals.get(ALL_TASKS, totals.get("web.counted", {})).get("acquired", 0)
+                for _, totals in samples
+            ]
             return bool(counts) and max(counts) >= 3
 
         client.get("/")  # the first view starts the polling
@@ -296,3 +301,18 @@ def test_mounted_under_a_path_of_a_host_flask_app_its_links_and_release_stay_und
     assert done.status_code == 303 and done.headers["Location"].startswith("/locks/")
     page.extensions["redislock"].stop()
     assert locks.get(key) is None
+
+
+def test_redis_unreachable_is_a_503_page_naming_the_masked_url(
+    make_app: Callable[..., Celery], lock_server: Any
+) -> None:
+    url = f"redis://:hunter2@127.0.0.1:{lock_server.port}/0"
+    page = create_app(make_app(redislock_url=url), poll_interval=60)
+    client = page.test_client()
+    assert client.get("/").status_code == 200
+    lock_server.stop()
+    response = client.get("/")
+    page.extensions["redislock"].stop()
+    assert response.status_code == 503
+    assert f"Redis at redis://:****@127.0.0.1:{lock_server.port}/0 is unreachable" in text(response)
+    assert "hunter2" not in text(response)

@@ -10,7 +10,9 @@ from urllib.parse import urlencode
 from celery import Celery
 from flask import Flask, Response, abort, flash, redirect, render_template, request, url_for
 
+from ...engine.leases import REDIS_ERRORS
 from ...integration.runtime import runtime_for
+from ..cli_common import redis_failure_text
 from ..listing import release_held, task_of
 from .guard import CSRF_FIELD, Auth, csrf_token, harden, valid_csrf
 from .history import CounterHistory, StatsPoller
@@ -77,6 +79,14 @@ def create_app(
         return None
 
     web.after_request(harden)
+
+    def redis_down(exc: Exception) -> Response:
+        # One line naming the (masked) URL, as the CLI's commands say it; never a traceback.
+        message, _ = redis_failure_text(runtime_for(app).settings, exc)
+        return Response(message + "\n", 503, mimetype="text/plain")
+
+    for error in REDIS_ERRORS:
+        web.register_error_handler(error, redis_down)
 
     @web.get("/")
     def index() -> str:
