@@ -5,6 +5,7 @@ token, and the counters it polls from a real worker."""
 from __future__ import annotations
 
 import base64
+import os
 import re
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from celery_redislock.ops.web import create_app, parse_auth
 from celery_redislock.ops.web.history import ALL_TASKS
 
 from .conftest import poll
+from .web_harness import answers, page_server_fixture  # noqa: F401 (the page_server fixture)
 
 ADD = "proj.add"
 REPORT = "proj.report"
@@ -256,10 +258,51 @@ def test_the_page_charts_the_counters_it_polls_from_a_real_worker(
     assert "acquired 3" in page
 
 
-def test_web_without_the_extra_names_the_extra_to_install(tmp_path: Path, urls: dict[str, str]) -> None:
+def app_module(tmp_path: Path, urls: dict[str, str]) -> str:
+    """A module ``webapp`` of an app on the test's databases, for ``celery -A webapp``."""
     (tmp_path / "webapp.py").write_text(
-        f"from celery import Celery\napp = Celery('webapp')\napp.conf.redislock_url = {urls['locks']!r}\n"
+        "from celery import Celery\n"
+        f"app = Celery('webapp', broker={urls['broker']!r})\n"
+        f"app.conf.redislock_url = {urls['locks']!r}\n"
     )
+    return "webapp"
+
+
+def test_the_web_command_asks_for_its_auth(
+    tmp_path: Path, urls: dict[str, str], page_server: Callable[..., str]
+) -> None:
+    url = page_server(app_module(tmp_path, urls), "--auth", "tok3n")
+    assert answers(url) == 401
+    assert answers(url, {"Authorization": "Bearer nope"}) == 401
+    assert answers(url, {"Authorization": "Bearer tok3n"}) == 200
+    assert answers(url + "release?task=proj.add", {"Authorization": "Bearer tok3n"}) == 403  # read-only
+
+
+def test_the_web_command_refuses_an_auth_it_cannot_read(tmp_path: Path, urls: dict[str, str]) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            app_module(tmp_path, urls),
+            "redislock",
+            "web",
+            "--auth",
+            "ops:",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--auth: give user:password (both non-empty) or a token, got 'ops:'" in done.stderr
+
+
+def test_web_without_the_extra_names_the_extra_to_install(tmp_path: Path, urls: dict[str, str]) -> None:
+    app_module(tmp_path, urls)
     probe = (
         "import sys; sys.modules['flask'] = None; sys.modules['waitress'] = None\n"
         "import celery_redislock.ops.cli\n"  # the command group loads without the extra

@@ -9,12 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
-import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,9 +17,9 @@ import redis
 from celery import Celery
 
 from celery_redislock.contrib.testing import WorkerProcess
-from celery_redislock.contrib.testing.servers import free_port
 
 from .conftest import open_gate, poll, wait_started, worker_module
+from .web_harness import page_server_fixture  # noqa: F401 (the page_server fixture)
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -63,47 +58,6 @@ def browser() -> Iterator[Any]:
     driver.set_page_load_timeout(30)
     yield driver
     driver.quit()
-
-
-@pytest.fixture
-def page_server(tmp_path: Path) -> Iterator[Callable[..., str]]:
-    """``page_server(module, *args)``: runs ``celery -A module redislock web --port P *args``
-    (the real command) and returns its URL once it answers; stopped by pid after the test."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start(module: str, *args: str) -> str:
-        port = free_port()
-        log = (tmp_path / "web.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", module, "redislock", "web", "--port", str(port), *args],
-            cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": str(tmp_path)},
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        started.append(proc)
-        url = f"http://127.0.0.1:{port}/"
-
-        def answers() -> bool:
-            assert proc.poll() is None, (tmp_path / "web.log").read_text()
-            try:
-                with urllib.request.urlopen(url, timeout=5) as response:
-                    return bool(response.status == 200)
-            except (urllib.error.URLError, ConnectionError):
-                return False
-
-        assert poll(answers, 30, interval=0.2), (tmp_path / "web.log").read_text()
-        return url
-
-    yield start
-    for proc in started:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def lock_rows(driver: Any) -> list[Any]:
