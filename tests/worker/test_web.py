@@ -359,3 +359,37 @@ def test_redis_unreachable_is_a_503_page_naming_the_masked_url(
     assert response.status_code == 503
     assert f"Redis at redis://:****@127.0.0.1:{lock_server.port}/0 is unreachable" in text(response)
     assert "hunter2" not in text(response)
+
+
+def test_the_rate_limit_partitions_are_shown_with_their_window_fill_reserved_and_next_free_slot(
+    make_app: Callable[..., Celery], pages: Callable[..., FlaskClient], locks: redis.Redis
+) -> None:
+    from celery_redislock.engine.rate_decisions import Limit, decide_limits
+    from celery_redislock.engine.rate_limiter import decide
+    from celery_redislock.engine.rates import parse_rate, parse_rates
+    from celery_redislock.engine.script_runner import ScriptRunner
+    from celery_redislock.modes.rate_calls import named_log
+    from celery_redislock.modes.rate_limit import rate_key
+
+    app = make_app(redislock_options={"global_rate_limit": "3/m"}, redislock_limits={"partner": "3/m"})
+    scripts = ScriptRunner(locks)
+    busy = rate_key(lock_key(ADD, "acme"))
+    partner = named_log("redislock", "partner")
+    for caller in ("a", "b", "c", "d"):  # three start, the fourth reserves the next slot
+        decide(scripts, busy, parse_rate("3/m"), caller, reserve=True)
+        decide_limits(scripts, (Limit(partner, parse_rates("3/m"), "partner"),), caller, reserve=True)
+    page = create_app(app, poll_interval=60)
+    try:
+        listing = text(page.test_client().get("/"))
+    finally:
+        page.extensions["redislock"].stop()
+    modes = listing.split('<table id="modes">')[1].split("</table>")[0]
+    assert (
+        busy in modes and "rate limit 3/m: 3 started in the window, 1 reserved, next free slot in " in modes
+    )
+    assert partner not in modes  # its own row, below
+    limits = listing.split('<table id="limits">')[1].split("</table>")[0]
+    row = re.sub(r"\s+", " ", limits.split(partner)[1].split("</tr>")[0])
+    assert re.match(
+        r'</code></td><td class="num">3</td><td class="num">1</td> <td class="num">in \d+\.\d{3}s</td>', row
+    ), row

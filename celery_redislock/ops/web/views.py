@@ -10,6 +10,7 @@ from typing import Any
 from ...engine.holders import task_id_of, worker_of
 from ...engine.timing import micros_time, server_time, ttl_seconds
 from ...integration.runtime import Runtime
+from ...modes.rate_calls import named_base
 from ..inventory import mode_keys
 from ..limits import LimitInfo, show_limits
 from ..listing import Lock, held_locks, lock_pattern
@@ -149,11 +150,13 @@ def overview(
 ) -> Overview:
     """Everything the page shows, for ``task`` (None: every task) and keys containing ``search``."""
     locks = _lock_rows(runtime, task, search, limit, seen)
-    pattern = lock_pattern(runtime.settings.key_prefix, task)
+    prefix = runtime.settings.key_prefix
+    # A named limit's partitions have rows of their own, with their figures (``limits``).
+    named = named_base(prefix) + ":"
     modes = [
         ModeRow(key, key_task, text, ttl_seconds(ttl_ms))
-        for key, key_task, text, ttl_ms in mode_keys(runtime, pattern, task)
-        if search in key
+        for key, key_task, text, ttl_ms in mode_keys(runtime, lock_pattern(prefix, task), task)
+        if search in key and not key.startswith(named)
     ]
     modes.sort(key=lambda row: (row.task, row.key))
     return Overview(locks, modes, show_limits(app), waiting_tenants(runtime, task))
