@@ -391,5 +391,33 @@ def test_the_rate_limit_partitions_are_shown_with_their_window_fill_reserved_and
     limits = listing.split('<table id="limits">')[1].split("</table>")[0]
     row = re.sub(r"\s+", " ", limits.split(partner)[1].split("</tr>")[0])
     assert re.match(
-        r'</code></td><td class="num">3</td><td class="num">1</td> <td class="num">in \d+\.\d{3}s</td>', row
+        r'</code></td><td>3/m</td> <td class="num">3</td><td class="num">1</td> <td class="num">in \d+\.\d{3}s</td>',
+        row,
     ), row
+
+
+def test_a_burst_rate_shows_its_bucket_free_units_and_when_it_is_full_again(
+    make_app: Callable[..., Celery], locks: redis.Redis
+) -> None:
+    from celery_redislock.engine.rate_decisions import Limit, decide_limits
+    from celery_redislock.engine.rates import parse_rates
+    from celery_redislock.engine.script_runner import ScriptRunner
+    from celery_redislock.modes.rate_calls import named_log
+
+    # 1/m: a unit refills every minute, so the state cannot change while the test reads it.
+    app = make_app(redislock_limits={"llm": "1/m burst 5"})
+    log = named_log("redislock", "llm")
+    for caller in ("a", "b", "c"):
+        limits = (Limit(log, parse_rates("1/m burst 5"), "llm"),)
+        assert decide_limits(ScriptRunner(locks), limits, caller, reserve=False).allowed
+    page = create_app(app, poll_interval=60)
+    try:
+        listing = text(page.test_client().get("/"))
+    finally:
+        page.extensions["redislock"].stop()
+    bucket = re.search(
+        r'<td>1/m burst 5</td>.*?<span class="bucket">(\d) of 5 free, full in ([\d.]+)s</span>', listing, re.S
+    )
+    assert bucket, listing
+    assert bucket.group(1) == "2"
+    assert 120 < float(bucket.group(2)) <= 180  # three units, a minute each, less the time taken

@@ -69,6 +69,7 @@ def create_app(
     state = WebState(app, allow_release, auth, StatsPoller(app, CounterHistory(history), poll_interval))
     web.extensions["redislock"] = state
     web.jinja_env.globals.update(csrf_field=CSRF_FIELD, csrf_token=csrf_token, allow_release=allow_release)
+    web.jinja_env.filters["zip"] = zip
 
     @web.before_request
     def _authenticate() -> Response | None:
