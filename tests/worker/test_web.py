@@ -421,3 +421,22 @@ def test_a_burst_rate_shows_its_bucket_free_units_and_when_it_is_full_again(
     assert bucket, listing
     assert bucket.group(1) == "2"
     assert 120 < float(bucket.group(2)) <= 180  # three units, a minute each, less the time taken
+
+
+def test_the_fair_share_section_shows_its_rows_as_text_and_is_left_out_without_them(
+    pages: Callable[..., FlaskClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from celery_redislock.ops.web import views
+
+    assert "Fair share" not in text(pages().get("/"))  # no fair share in this version: no section
+    rows = [
+        views.TenantRow("celery", "<b>acme</b>", 12, 0.25, None),
+        views.TenantRow("celery", "b", 1, 0.75, 2),
+    ]
+    monkeypatch.setattr(views, "waiting_tenants", lambda app: rows)
+    page = text(pages().get("/"))
+    tenants = re.sub(r"\s+", " ", page.split('<table id="tenants">')[1].split("</table>")[0])
+    assert (
+        '<code>&lt;b&gt;acme&lt;/b&gt;</code></td><td class="num">12</td> <td class="num">25%</td>' in tenants
+    )
+    assert '<td class="num">75%</td><td class="num">2</td>' in tenants

@@ -60,12 +60,14 @@ class ModeRow:
 
 @dataclass(frozen=True)
 class TenantRow:
-    """A tenant of a fair-share task with calls waiting: how many wait and how many run."""
+    """A tenant with a backlog in a fair queue: its calls queued, its part of the starts while
+    the backlogs last, and its running calls where a ``fair_cap`` counts them (None: none does)."""
 
-    task: str
+    queue: str
     tenant: str
-    waiting: int
-    running: int
+    backlog: int
+    share: float
+    running: int | None
 
 
 @dataclass(frozen=True)
@@ -159,11 +161,11 @@ def overview(
         if search in key and not key.startswith(named)
     ]
     modes.sort(key=lambda row: (row.task, row.key))
-    return Overview(locks, modes, show_limits(app), waiting_tenants(runtime, task))
+    return Overview(locks, modes, show_limits(app), waiting_tenants(app))
 
 
-def waiting_tenants(runtime: Runtime, task: str | None) -> list[TenantRow] | None:
-    """The tenants of fair-share tasks with calls waiting (of ``task`` if given); None: this
-    version keeps no fair-share state to show. The fair-share mode's own listing (what its
-    ``fair show`` prints) is to fill these rows."""
+def waiting_tenants(app: Any) -> list[TenantRow] | None:
+    """The tenants waiting in the app's fair queues; None where this version has no fair share
+    (the page leaves the section out). Fair share's ``show_fair`` fills these rows, one per
+    ``TenantInfo`` of each ``QueueInfo``."""
     return None
