@@ -19,7 +19,7 @@ from .cli_common import cli_of, redis_errors, redis_failure, runtime_of
 from .fair_cli import fair
 from .inventory import mode_keys
 from .limit_cli import limit
-from .listing import Lock, held_locks, lock_pattern, purge_locks, scan_locks
+from .listing import Lock, held_locks, lock_pattern, purge_locks, release_held, scan_locks
 from .web_cli import web
 
 __all__ = ["redislock"]
@@ -217,7 +217,7 @@ def release(ctx: click.Context, key: str, yes: bool) -> None:
     if not yes and _interactive():
         click.confirm(f"Release {key} (held by {holder})?", abort=True)
     # Compare-and-delete: a lock that changed hands since it was shown is left alone.
-    if not engine.release(key, holder, notify=runtime.release_channel(key)):
+    if not release_held(runtime, key, [holder]):
         now = engine.holder_of(key)
         state = "has expired" if now is None else f"is now held by {now}"
         raise CeleryCommandException(f"Lock {key} was not released: it {state}", EX_FAILURE)
@@ -234,7 +234,7 @@ def _release_slots(ctx: click.Context, runtime: Runtime, key: str, yes: bool) ->
     shown = ", ".join(holders)
     if not yes and _interactive():
         click.confirm(f"Release {key} (held by {shown})?", abort=True)
-    released = runtime.semaphores.release_holders(key, holders, notify=runtime.release_channel(key))
+    released = release_held(runtime, key, holders)
     cli_of(ctx).echo(f"Released {released} of {len(holders)} holder(s) of {key} ({shown})")
     return True
 
