@@ -60,9 +60,14 @@ def scan_locks(runtime: Runtime, task: str | None) -> Iterator[list[tuple[bytes 
             yield batch
 
 
-def held_locks(runtime: Runtime, task: str | None) -> Iterator[Lock]:
-    """Each held lock of the app (of ``task`` if given); a row per holder of a semaphore."""
+def held_locks(runtime: Runtime, task: str | None, contains: str = "") -> Iterator[Lock]:
+    """Each held lock of the app (of ``task`` if given, whose key has ``contains`` in it); a row
+    per holder of a semaphore."""
     for batch in scan_locks(runtime, task):
+        if contains:  # before the keys are read: a search reads only what it shows
+            batch = [found for found in batch if contains in found[1]]
+            if not batch:
+                continue
         # A GET and a PTTL per key: one round trip per batch (per node of a cluster).
         infos = runtime.engine.inspect([raw for raw, _, _ in batch])
         others: list[tuple[str, str]] = []

@@ -115,12 +115,11 @@ def check_task_filter(task: str) -> str | None:
 def _lock_rows(runtime: Runtime, task: str | None, search: str, limit: int, seen: SeenSince) -> LockTable:
     found: list[Lock] = []
     truncated = False
-    for lock in held_locks(runtime, task):
-        if search in lock.key:
-            if len(found) == limit:
-                truncated = True
-                break
-            found.append(lock)
+    for lock in held_locks(runtime, task, search):
+        if len(found) == limit:
+            truncated = True
+            break
+        found.append(lock)
     found.sort(key=lambda lock: (lock.task, lock.key, lock.holder))
     engine = runtime.engine
     tokens = engine.fence_tokens([lock.key for lock in found])
