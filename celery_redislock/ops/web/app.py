@@ -16,7 +16,7 @@ from ..cli_common import redis_failure_text
 from ..listing import release_held, task_of
 from .guard import CSRF_FIELD, Auth, csrf_token, harden, valid_csrf
 from .history import CounterHistory, StatsPoller
-from .views import SeenSince, check_task_filter, overview
+from .views import SeenSince, check_task_filter, lock_table, overview
 
 __all__ = ["WebState", "create_app"]
 
@@ -119,13 +119,14 @@ def create_app(
         if key is not None:
             if task_of(key, runtime.settings.key_prefix, None) is None:
                 abort(400, f"{key!r} is not a lock key of this app")
-            rows = [row for row in overview(runtime, app, None, key, MAX_ROWS, state.seen).locks.rows]
-            rows = [row for row in rows if row.key == key]
+            rows = [
+                row for row in lock_table(runtime, None, key, MAX_ROWS, state.seen).rows if row.key == key
+            ]
         elif task:
             problem = check_task_filter(task)
             if problem:
                 abort(400, problem)
-            rows = overview(runtime, app, task, "", MAX_ROWS, state.seen).locks.rows
+            rows = lock_table(runtime, task, "", MAX_ROWS, state.seen).rows
         else:
             abort(400, "name a lock (key=...) or a task (task=...) to release")
         return render_template("confirm.html", rows=rows, key=key, task=task)

@@ -23,6 +23,7 @@ __all__ = [
     "SeenSince",
     "TenantRow",
     "check_task_filter",
+    "lock_table",
     "overview",
 ]
 
@@ -112,7 +113,9 @@ def check_task_filter(task: str) -> str | None:
     return None
 
 
-def _lock_rows(runtime: Runtime, task: str | None, search: str, limit: int, seen: SeenSince) -> LockTable:
+def lock_table(runtime: Runtime, task: str | None, search: str, limit: int, seen: SeenSince) -> LockTable:
+    """The held locks of ``task`` (None: every task) whose key contains ``search``, at most
+    ``limit`` of them, each with its age (``seen`` remembers the holders without a token)."""
     found: list[Lock] = []
     truncated = False
     for lock in held_locks(runtime, task, search):
@@ -150,7 +153,7 @@ def overview(
     runtime: Runtime, app: Any, task: str | None, search: str, limit: int, seen: SeenSince
 ) -> Overview:
     """Everything the page shows, for ``task`` (None: every task) and keys containing ``search``."""
-    locks = _lock_rows(runtime, task, search, limit, seen)
+    locks = lock_table(runtime, task, search, limit, seen)
     prefix = runtime.settings.key_prefix
     # A named limit's partitions have rows of their own, with their figures (``limits``).
     named = named_base(prefix) + ":"
