@@ -33,6 +33,8 @@ pytestmark = pytest.mark.skipif(
 from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 XSS_TASK = "proj.<script>alert(1)</script>"
 
@@ -58,6 +60,14 @@ def browser() -> Iterator[Any]:
     driver.set_page_load_timeout(30)
     yield driver
     driver.quit()
+
+
+def element(driver: Any, css: str) -> Any:
+    """The element ``css`` selects, once the page navigated to shows it (a click returns before
+    the next page has loaded)."""
+    return WebDriverWait(driver, 20).until(
+        expected_conditions.presence_of_element_located((By.CSS_SELECTOR, css))
+    )
 
 
 def lock_rows(driver: Any) -> list[Any]:
@@ -120,10 +130,10 @@ def test_the_page_in_chromium_lists_filters_and_releases_with_confirmation(
 
         # Release with confirmation: the link asks, the button posts (with the CSRF token).
         browser.find_element(By.CSS_SELECTOR, "#locks a.release").click()
-        assert report_key in browser.find_element(By.ID, "confirm").text
+        assert report_key in element(browser, "#confirm").text
         assert locks.get(report_key) is not None  # asking changed nothing
         browser.find_element(By.ID, "confirm-release").click()
-        assert "Released 1 of 1 lock(s)" in browser.find_element(By.CSS_SELECTOR, "p.flash").text
+        assert "Released 1 of 1 lock(s)" in element(browser, "p.flash").text
         assert locks.get(report_key) is None
         assert locks.get(odd_key) is not None
         assert no_alert(browser)
