@@ -1,5 +1,6 @@
-"""The web page's counters history: replies summed per task (the per-task breakdown, else the
-worker totals), increases per poll with a worker restart counted as none, a bounded memory."""
+"""The web page's pure parts: the counters history (replies summed per task from the per-task
+breakdown, else the worker totals; increases per poll, a worker restart counted as none; a
+bounded memory) and which addresses the command warns for."""
 
 from __future__ import annotations
 
@@ -41,3 +42,11 @@ def test_the_history_keeps_its_last_polls_only_and_a_task_filter_keeps_the_total
         history.add(float(when), {"a": {"acquired": when}, "b": {"acquired": 1}, ALL_TASKS: {"lost": 0}})
     assert [when for when, _ in history.samples()] == [2.0, 3.0, 4.0]
     assert [chart.task for chart in history.charts("a")] == [ALL_TASKS, "a"]
+
+
+def test_the_web_command_warns_for_every_address_but_loopback() -> None:
+    # `celery redislock web --host H` without --auth warns unless H is loopback.
+    from celery_redislock.ops.web_cli import _loopback
+
+    assert all(map(_loopback, ["127.0.0.1", "127.0.0.2", "::1", "localhost"]))
+    assert not any(map(_loopback, ["0.0.0.0", "::", "10.1.2.3", "example.com", ""]))
