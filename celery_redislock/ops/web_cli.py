@@ -113,8 +113,15 @@ def web(
     cli = cli_of(ctx)
     if not _loopback(host) and credentials is None:
         cli.error(f"Warning: serving on {host} without --auth: anyone who reaches it sees the locks")
+    # On loopback the page answers to loopback names only (``create_app``'s hosts say why).
+    hosts = [host, "localhost", "127.0.0.1", "::1"] if _loopback(host) else None
     page = create_app(
-        cli.app, allow_release=allow_release, auth=credentials, poll_interval=poll_interval, refresh=refresh
+        cli.app,
+        allow_release=allow_release,
+        auth=credentials,
+        poll_interval=poll_interval,
+        refresh=refresh,
+        hosts=hosts,
     )
     mode = "releases allowed" if allow_release else "read-only"
     cli.echo(f"celery_redislock web: http://{host}:{port}/ ({mode})")

@@ -276,6 +276,10 @@ def test_the_web_command_asks_for_its_auth(
     assert answers(url, {"Authorization": "Bearer nope"}) == 401
     assert answers(url, {"Authorization": "Bearer tok3n"}) == 200
     assert answers(url + "release?task=proj.add", {"Authorization": "Bearer tok3n"}) == 403  # read-only
+    # Served on loopback, it answers to loopback names only: not to a rebound DNS name.
+    port = url.rsplit(":", 1)[1].rstrip("/")
+    assert answers(url, {"Authorization": "Bearer tok3n", "Host": f"localhost:{port}"}) == 200
+    assert answers(url, {"Authorization": "Bearer tok3n", "Host": f"rebound.example:{port}"}) == 400
 
 
 def test_the_web_command_refuses_an_auth_it_cannot_read(tmp_path: Path, urls: dict[str, str]) -> None:
@@ -440,3 +444,12 @@ def test_the_fair_share_section_shows_its_rows_as_text_and_is_left_out_without_t
         '<code>&lt;b&gt;acme&lt;/b&gt;</code></td><td class="num">12</td> <td class="num">25%</td>' in tenants
     )
     assert '<td class="num">75%</td><td class="num">2</td>' in tenants
+
+
+def test_given_its_host_names_the_page_answers_to_no_other(pages: Callable[..., FlaskClient]) -> None:
+    client = pages(hosts=["localhost", "127.0.0.1", "::1"])
+    for host in ("localhost", "LOCALHOST:8000", "127.0.0.1:8000", "[::1]:8000"):
+        assert client.get("/", headers={"Host": host}).status_code == 200, host
+    for host in ("rebound.example", "rebound.example:8000", "127.0.0.1.rebound.example"):
+        assert client.get("/", headers={"Host": host}).status_code == 400, host
+    assert pages().get("/", headers={"Host": "rebound.example"}).status_code == 200  # None: any name

@@ -4,6 +4,7 @@ workers' counters over time, and, when allowed, a lock's release through a confi
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -48,6 +49,7 @@ def create_app(
     poll_interval: float = 5.0,
     history: int = 120,
     refresh: int = 0,
+    hosts: Iterable[str] | None = None,
 ) -> Flask:
     """The page of ``app``'s locks, a WSGI app to serve or to mount under a path.
 
@@ -56,6 +58,7 @@ def create_app(
     to every process serving the page (by default each process draws its own). The workers'
     counters are polled every ``poll_interval`` seconds from the first view; the last
     ``history`` polls are charted. ``refresh``: seconds between the browser's reloads (0: none).
+    ``hosts``: the only names the page answers to (the ``Host`` header, port aside; None: any).
     """
     web = Flask(__name__)
     web.config.update(
@@ -71,8 +74,14 @@ def create_app(
     web.jinja_env.globals.update(csrf_field=CSRF_FIELD, csrf_token=csrf_token, allow_release=allow_release)
     web.jinja_env.filters["zip"] = zip
 
+    names = None if hosts is None else {host.lower() for host in hosts}
+
     @web.before_request
     def _authenticate() -> Response | None:
+        # A page on localhost answers only to its own names: a site whose name a DNS rebinding
+        # points at 127.0.0.1 would otherwise be same-origin with it, forms and tokens included.
+        if names is not None and _host_name(request.host) not in names:
+            abort(400, "this page answers only to the host names it was started for")
         if state.auth is not None and not state.auth.allows(request):
             return state.auth.challenge()
         if request.method == "POST" and not valid_csrf(request):
@@ -159,3 +168,11 @@ def create_app(
 def _may_release(state: WebState) -> None:
     if not state.allow_release:
         abort(403, "releasing locks is not allowed here (start the page with --allow-release)")
+
+
+def _host_name(host: str) -> str:
+    """The name of a ``Host`` header, without its port (``[::1]:8000``: ``::1``)."""
+    host = host.lower()
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
