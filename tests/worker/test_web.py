@@ -453,3 +453,22 @@ def test_given_its_host_names_the_page_answers_to_no_other(pages: Callable[..., 
     for host in ("rebound.example", "rebound.example:8000", "127.0.0.1.rebound.example"):
         assert client.get("/", headers={"Host": host}).status_code == 400, host
     assert pages().get("/", headers={"Host": "rebound.example"}).status_code == 200  # None: any name
+
+
+def test_a_semaphores_holders_are_rows_of_their_own_and_released_together(
+    app: Celery, pages: Callable[..., FlaskClient]
+) -> None:
+    # A max_concurrency key: a row per holder; its confirmation posts each, and each slot is given back.
+    runtime = runtime_for(app)
+    key = lock_key(REPORT, "sem")
+    holders = ["s1@celery@w:0badc0de:1:1", "s2@celery@w:0badc0de:2:1"]
+    for holder in holders:
+        runtime.semaphores.acquire(key, holder, 3, 60_000)
+    client = pages(allow_release=True)
+    listing = text(client.get("/"))
+    assert listing.count(f'<code class="key">{key}</code>') == 2
+    confirm = text(client.get("/release", query_string={"key": key}))
+    assert "Release 2 lock(s)" in confirm
+    form = {"key": [key, key], "holder": holders, "csrf_token": csrf_of(confirm)}
+    assert "Released 2 of 2" in text(client.post("/release", data=form, follow_redirects=True))
+    assert runtime.semaphores.holders(key) == ()
