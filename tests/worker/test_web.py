@@ -427,23 +427,24 @@ def test_a_burst_rate_shows_its_bucket_free_units_and_when_it_is_full_again(
     assert 120 < float(bucket.group(2)) <= 180  # three units, a minute each, less the time taken
 
 
-def test_the_fair_share_section_shows_its_rows_as_text_and_is_left_out_without_them(
-    pages: Callable[..., FlaskClient], monkeypatch: pytest.MonkeyPatch
+def test_the_fair_share_section_lists_the_waiting_tenants_as_text_and_is_left_out_without_a_fair_queue(
+    app: Celery, pages: Callable[..., FlaskClient]
 ) -> None:
-    from celery_redislock.ops.web import views
+    # Calls sent and not started (no worker): their tenants wait, as `fair show` lists them.
+    assert "Fair share" not in text(pages().get("/"))  # no fair task: no section
 
-    assert "Fair share" not in text(pages().get("/"))  # no fair share in this version: no section
-    rows = [
-        views.TenantRow("celery", "<b>acme</b>", 12, 0.25, None),
-        views.TenantRow("celery", "b", 1, 0.75, 2),
-    ]
-    monkeypatch.setattr(views, "waiting_tenants", lambda app: rows)
+    @app.task(base=SingletonTask, shared=False, name="web.fair", fair_key=["tenant"], fair_lanes=4)
+    def fair(tenant: str, n: int) -> None: ...
+
+    for n in range(3):
+        fair.delay("<b>acme</b>", n)
+    fair.delay("bravo", 0)
     page = text(pages().get("/"))
     tenants = re.sub(r"\s+", " ", page.split('<table id="tenants">')[1].split("</table>")[0])
+    assert '<td>celery</td><td><code>&lt;b&gt;acme&lt;/b&gt;</code></td><td class="num">3</td>' in tenants
     assert (
-        '<code>&lt;b&gt;acme&lt;/b&gt;</code></td><td class="num">12</td> <td class="num">25%</td>' in tenants
+        '<td>celery</td><td><code>bravo</code></td><td class="num">1</td> <td class="num">50%</td>' in tenants
     )
-    assert '<td class="num">75%</td><td class="num">2</td>' in tenants
 
 
 def test_given_its_host_names_the_page_answers_to_no_other(pages: Callable[..., FlaskClient]) -> None:

@@ -11,6 +11,7 @@ from ...engine.holders import task_id_of, worker_of
 from ...engine.timing import micros_time, server_time, ttl_seconds
 from ...integration.runtime import Runtime
 from ...modes.rate_calls import named_base
+from ..fair import show_fair
 from ..inventory import mode_keys
 from ..limits import LimitInfo, show_limits
 from ..listing import Lock, held_locks, lock_pattern
@@ -167,7 +168,13 @@ def overview(
 
 
 def waiting_tenants(app: Any) -> list[TenantRow] | None:
-    """The tenants waiting in the app's fair queues; None where this version has no fair share
-    (the page leaves the section out). Fair share's ``show_fair`` fills these rows, one per
-    ``TenantInfo`` of each ``QueueInfo``."""
-    return None
+    """The tenants with a backlog in the app's fair queues, as ``celery redislock fair show``
+    lists them; None when the app has no fair queue (the page leaves the section out)."""
+    queues = show_fair(app)
+    if not queues:
+        return None
+    return [
+        TenantRow(queue.queue, tenant.tenant, tenant.backlog, tenant.share, tenant.running)
+        for queue in queues
+        for tenant in queue.tenants
+    ]
