@@ -30,6 +30,7 @@ __all__ = [
     "queued_id",
     "tagged_id",
     "task_id_of",
+    "worker_of",
 ]
 
 
@@ -134,3 +135,16 @@ def new_holder_id() -> str:
     """A fresh holder id for a ``RedisLock`` or ``RedisSemaphore``: unique, and naming the host
     and process for whoever reads it."""
     return f"{uuid.uuid4().hex}@{socket.gethostname()}:{os.getpid()}"
+
+
+def worker_of(holder: str) -> str:
+    """Who a holder id says holds the lock, for a reader: ``node (pid N)`` for an execution or a
+    ``RedisLock``/``RedisSemaphore`` acquisition; else what follows its task id (``queued``,
+    ``handover``, a mode's tag)."""
+    rest = holder.split("@", 1)[1] if "@" in holder else ""
+    parts = rest.rsplit(":", 3)
+    if len(parts) == 4 and parts[2].isdigit():  # node:boot id:pid:n (a node may contain "@")
+        return f"{parts[0]} (pid {parts[2]})"
+    if len(parts) == 2 and parts[1].isdigit():  # host:pid
+        return f"{parts[0]} (pid {parts[1]})"
+    return rest

@@ -204,6 +204,18 @@ class LockEngine(BatchRenewal):
             found.append(LockInfo(as_text(key), holder, pttl if isinstance(pttl, int) else NO_KEY))
         return found
 
+    def fence_tokens(self, keys: Sequence[str]) -> list[int | None]:
+        """The last fencing token issued for each lock key (None: none was, or its counter
+        expired), in one pipeline. A fenced acquire's token is at least the server's time in
+        microseconds then, so the token of the lock held now tells when it was taken."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.get(fence_key(key))
+        replies = pipe.execute(raise_on_error=False)
+        return [
+            int(value) if isinstance(value, (bytes, str)) and value.isdigit() else None for value in replies
+        ]
+
     def delete_many(
         self, keys: Sequence[bytes | str], notify: Callable[[str], str] | None = None
     ) -> list[bool]:

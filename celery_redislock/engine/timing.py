@@ -81,3 +81,8 @@ def server_time(client: Client) -> float:
     if isinstance(reply, dict):  # a cluster client asks one node, keyed by its name
         reply = next(iter(reply.values()))
     return time_of(*reply)
+
+
+def micros_time(micros: int) -> float:
+    """Seconds since the epoch of a time in microseconds (a fencing token seeded from TIME)."""
+    return micros / 1e6

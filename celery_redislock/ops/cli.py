@@ -19,7 +19,8 @@ from .cli_common import cli_of, redis_errors, redis_failure, runtime_of
 from .fair_cli import fair
 from .inventory import mode_keys
 from .limit_cli import limit
-from .listing import Lock, held_locks, lock_pattern, purge_locks, scan_locks
+from .listing import Lock, held_locks, lock_pattern, purge_locks, release_held, scan_locks
+from .web_cli import web
 
 __all__ = ["redislock"]
 
@@ -145,7 +146,7 @@ def _yes_flag(group: str) -> Callable[[_F], _F]:
 @click.pass_context
 @handle_preload_options
 def redislock(ctx: click.Context, **kwargs: Any) -> None:
-    """List, release and purge celery_redislock locks.
+    """List, release and purge celery_redislock locks; serve a page of them.
 
     A lock removed here while its task still runs is taken back by that
     task's next renewal; these commands are for locks left behind.
@@ -216,7 +217,7 @@ def release(ctx: click.Context, key: str, yes: bool) -> None:
     if not yes and _interactive():
         click.confirm(f"Release {key} (held by {holder})?", abort=True)
     # Compare-and-delete: a lock that changed hands since it was shown is left alone.
-    if not engine.release(key, holder, notify=runtime.release_channel(key)):
+    if not release_held(runtime, key, [holder]):
         now = engine.holder_of(key)
         state = "has expired" if now is None else f"is now held by {now}"
         raise CeleryCommandException(f"Lock {key} was not released: it {state}", EX_FAILURE)
@@ -233,7 +234,7 @@ def _release_slots(ctx: click.Context, runtime: Runtime, key: str, yes: bool) ->
     shown = ", ".join(holders)
     if not yes and _interactive():
         click.confirm(f"Release {key} (held by {shown})?", abort=True)
-    released = runtime.semaphores.release_holders(key, holders, notify=runtime.release_channel(key))
+    released = release_held(runtime, key, holders)
     cli_of(ctx).echo(f"Released {released} of {len(holders)} holder(s) of {key} ({shown})")
     return True
 
@@ -294,3 +295,4 @@ def _say_left(cli: CLIContext, runtime: Runtime, task: str | None) -> None:
 
 redislock.add_command(limit)
 redislock.add_command(fair)
+redislock.add_command(web)

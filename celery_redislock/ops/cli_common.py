@@ -12,12 +12,13 @@ from celery.bin.base import CLIContext
 from celery.exceptions import CeleryCommandException
 from celery.platforms import EX_FAILURE, EX_UNAVAILABLE
 
+from ..config.settings import AppSettings
 from ..config.urls import mask_url
 from ..engine.leases import REDIS_ERRORS
 from ..errors import RedisLockError
 from ..integration.runtime import Runtime, runtime_for
 
-__all__ = ["cli_of", "redis_errors", "redis_failure", "runtime_of"]
+__all__ = ["cli_of", "redis_errors", "redis_failure", "redis_failure_text", "runtime_of"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -35,16 +36,21 @@ def runtime_of(ctx: click.Context) -> Runtime:
         raise CeleryCommandException(f"redislock_url cannot be used: {exc}", EX_FAILURE) from None
 
 
-def redis_failure(ctx: click.Context, exc: Exception, after: str = "") -> CeleryCommandException:
-    """One ``Error:`` line naming the (masked) URL; unreachable exits like Celery's own commands."""
-    settings = runtime_of(ctx).settings
+def redis_failure_text(settings: AppSettings, exc: Exception, after: str = "") -> tuple[str, bool]:
+    """What a Redis failure was, naming the (masked) URL, and whether Redis is unreachable."""
     tls_error = settings.tls_error(exc)
     if tls_error is not None:
-        return CeleryCommandException(str(tls_error), EX_FAILURE)
+        return str(tls_error), False
     url = mask_url(settings.url)
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-        return CeleryCommandException(f"Redis at {url} is unreachable{after}: {exc}", EX_UNAVAILABLE)
-    return CeleryCommandException(f"Redis at {url}{after}: {type(exc).__name__}: {exc}", EX_FAILURE)
+        return f"Redis at {url} is unreachable{after}: {exc}", True
+    return f"Redis at {url}{after}: {type(exc).__name__}: {exc}", False
+
+
+def redis_failure(ctx: click.Context, exc: Exception, after: str = "") -> CeleryCommandException:
+    """One ``Error:`` line naming the (masked) URL; unreachable exits like Celery's own commands."""
+    text, unreachable = redis_failure_text(runtime_of(ctx).settings, exc, after)
+    return CeleryCommandException(text, EX_UNAVAILABLE if unreachable else EX_FAILURE)
 
 
 def redis_errors(command: _F) -> _F:

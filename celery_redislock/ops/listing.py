@@ -11,7 +11,7 @@ from ..engine.leases import as_text
 from ..engine.timing import NO_KEY, ttl_seconds
 from ..integration.runtime import Runtime
 
-__all__ = ["Lock", "held_locks", "lock_pattern", "purge_locks", "scan_locks", "task_of"]
+__all__ = ["Lock", "held_locks", "lock_pattern", "purge_locks", "release_held", "scan_locks", "task_of"]
 
 
 class Lock(NamedTuple):
@@ -60,9 +60,14 @@ def scan_locks(runtime: Runtime, task: str | None) -> Iterator[list[tuple[bytes 
             yield batch
 
 
-def held_locks(runtime: Runtime, task: str | None) -> Iterator[Lock]:
-    """Each held lock of the app (of ``task`` if given); a row per holder of a semaphore."""
+def held_locks(runtime: Runtime, task: str | None, contains: str = "") -> Iterator[Lock]:
+    """Each held lock of the app (of ``task`` if given, whose key has ``contains`` in it); a row
+    per holder of a semaphore."""
     for batch in scan_locks(runtime, task):
+        if contains:  # before the keys are read: a search reads only what it shows
+            batch = [found for found in batch if contains in found[1]]
+            if not batch:
+                continue
         # A GET and a PTTL per key: one round trip per batch (per node of a cluster).
         infos = runtime.engine.inspect([raw for raw, _, _ in batch])
         others: list[tuple[str, str]] = []
@@ -91,3 +96,16 @@ def purge_locks(runtime: Runtime, task: str | None, removed: Callable[[str], Non
         for (_, key, _), gone in zip(batch, deleted):
             if gone:
                 removed(key)
+
+
+def release_held(runtime: Runtime, key: str, holders: list[str]) -> int:
+    """Free ``key`` from those of ``holders`` that still hold it (compare-and-delete: a holder
+    that came since is left alone), waking its waiters; how many were freed. A semaphore's key
+    (max_concurrency > 1) gives back their slots; a lock's is deleted if its one holder is among them."""
+    notify = runtime.release_channel(key)
+    if runtime.semaphores.state(key) is not None:
+        return runtime.semaphores.release_holders(key, holders, notify=notify)
+    holder = runtime.engine.holder_of(key)
+    if holder is None or holder not in holders:
+        return 0
+    return int(runtime.engine.release(key, holder, notify=notify))

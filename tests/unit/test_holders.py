@@ -17,9 +17,11 @@ from celery_redislock.engine.holders import (
     holder_id,
     holder_prefix,
     local_pid,
+    new_holder_id,
     queued_id,
     tagged_id,
     task_id_of,
+    worker_of,
 )
 from celery_redislock.errors import DuplicateTaskError
 from celery_redislock.integration.sending import seconds_until
@@ -108,3 +110,14 @@ def test_a_duplicate_error_keeps_the_holders_task_id_through_a_result_backend(ta
 def test_held_by_no_execution_tells_queued_and_handed_over_locks_from_executions(task_id: str) -> None:
     assert held_by_no_execution(queued_id(task_id)) and held_by_no_execution(handover_id(task_id))
     assert not held_by_no_execution(holder_id(task_id, "celery@host"))
+
+
+@pytest.mark.parametrize("task_id", TASK_IDS)
+def test_worker_of_names_the_node_and_pid_of_an_execution_or_what_holds_it_instead(task_id: str) -> None:
+    # What the web page shows in its Worker column.
+    assert worker_of(holder_id(task_id, "celery@host-1")) == f"celery@host-1 (pid {os.getpid()})"
+    assert worker_of(queued_id(task_id)) == "queued"
+    assert worker_of(handover_id(task_id)) == "handover"
+    assert worker_of(throttled_id(task_id)) == throttled_id(task_id).rsplit("@", 1)[1]
+    host_pid = new_holder_id().split("@", 1)[1]
+    assert worker_of(new_holder_id()) == f"{host_pid.rsplit(':', 1)[0]} (pid {os.getpid()})"
