@@ -341,10 +341,8 @@ class KeyBuilder:
         task_name = self.task_name
         entries = []  # a loop, not a comprehension: before Python 3.12 a comprehension is a call
         for name_text, name in self._names:
-            # _entry's text, built here: a call less per argument.
-            entries.append(
-                "[" + name_text + "," + canonical(arguments[name], task=task_name, argument=name) + "]"
-            )
+            value = canonical(arguments[name], task=task_name, argument=name)
+            entries.append("[" + name_text + "," + value + "]")  # _entry's text, a call less
         # self._names is sorted: the same text as canonical() of the dict {name: value}.
         text = '["dict",[' + ",".join(entries) + "]]"
         return self._head + digest(text)
@@ -354,8 +352,7 @@ class KeyBuilder:
         of ``names`` joined by ``:`` (a str or int as is, others canonical). Raises as ``key``."""
         if self._func is not None:
             return self._call(self._func, task, args, kwargs)
-        arguments = self._bind_plain(args, kwargs)
-        arguments = self._bind(args, kwargs) if arguments is None else arguments
+        arguments = self._bind_plain(args, kwargs) or self._bind(args, kwargs)  # {} binds to {}
         return ":".join(self._readable(name, arguments[name]) for _, name in self._names)
 
     def _readable(self, name: str, value: Any) -> str:
