@@ -13,19 +13,22 @@ import logging
 import sys
 from typing import Union
 
-__all__ = ["lock_event"]
+__all__ = ["TRACE_MODULE", "lock_event"]
 
 logger = logging.getLogger(__name__)
 
 Attribute = Union[str, float, int]
 _failed: list[type[BaseException]] = []
+#: In ``sys.modules`` when the process may trace: callers on a task's path test it themselves,
+#: which spares them lock_event's call where nothing traces.
+TRACE_MODULE = "opentelemetry.trace"
 
 
 def lock_event(name: str, task: str, key: str, holder: str, outcome: str, **more: Attribute) -> None:
     """Add the span event ``redislock.<name>`` of ``task``'s lock to the current span, if one is
     recording. Never raises: it is on the task's path (a failing tracer is logged once, naming
     the task)."""
-    trace = sys.modules.get("opentelemetry.trace")
+    trace = sys.modules.get(TRACE_MODULE)
     if trace is None:
         return
     try:

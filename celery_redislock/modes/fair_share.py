@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
@@ -264,6 +265,9 @@ class FairShareGate:
             capped(task, runtime, key, cap, tenant)
         get_renewer().add(runtime.semaphores, lease, options.renew_interval_s)
         vars(request)[CAP_FIELD] = (runtime, lease)
+        if task not in _capping:  # connected for capped tasks only: other tasks' runs pay nothing
+            _capping.add(task)
+            task_postrun.connect(_release_cap, sender=task, weak=False)
 
     def capped_key(self, runtime: Runtime, task: Any, options: LockOptions, tenant: str) -> str | None:
         """``cap_key`` where ``task``'s options cap its tenants, else None (no count is kept)."""
@@ -339,7 +343,10 @@ def capped(task: AnyTask, runtime: Runtime, key: str, cap: int, tenant: str) -> 
     raise Ignore()
 
 
-@task_postrun.connect(weak=False)
+#: The tasks whose runs ``_release_cap`` follows (each connected once, on its first capped call).
+_capping: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 def _release_cap(sender: Any = None, task: Any = None, **_: Any) -> None:
     """The run ended (whatever its outcome): give its tenant's slot back."""
     request = getattr(task, "request", None)
