@@ -24,29 +24,24 @@ from .shared_memory import anonymous_file, lock_file, unlock_file
 
 logger = logging.getLogger(__name__)
 
-# The shared memory is a table of rows of signed 64-bit integers: the owner's pid, then one
-# value per counter, in the column of its place in the registry (engine.counting: the core's
-# counters, then the modes' and gates'), room left for every counter that may register. Each
-# process counts in a row of its own, so an increment takes no lock shared with other processes
-# (two record-lock calls an increment were a worker's largest cost after its round trips, and a
-# child preempted holding the lock stalled the other). The totals are the sum of the rows, less
-# the baseline row that reset() moves.
+# The shared memory is a table of rows of signed 64-bit integers: the owner's pid, then a value
+# per counter in the column of its place in the registry (engine.counting), with room for every
+# counter that may register. Each process counts in a row of its own, so an increment takes no
+# lock shared with other processes (a shared record lock was a worker's largest cost after its
+# round trips). The totals are the sum of the rows, less the baseline row that reset() moves.
 _WIDTH = 1 + MAX_COUNTERS
-#: Rows of processes that counted and are gone (folded in when their row is reused), and of
-#: increments made while every row was taken.
+#: Rows of processes gone (folded in when their row is reused), and counts made with every row taken.
 _RETIRED = 0
 #: The totals at the last reset(), subtracted from every snapshot.
 _BASELINE = 1
 _FIRST_OWN = 2
 #: Processes counting at once without the shared lock (a worker's parent and its children).
 ROWS = 512
-#: Tasks counted apart, each in a slot claimed by its first count in any process sharing the
-#: table; counts of tasks past these are in the totals only.
+#: Tasks counted apart (a slot each, taken by its first count); past these, in the totals only.
 MAX_TASKS = 256
 #: A task's slot names it in these bytes: a length byte pair, then the name in UTF-8.
 _NAME_BYTES = 256
-#: Per process and task: a column per counter, then two gauges the renewal thread writes: the
-#: locks the process holds, and since when (Unix seconds) the oldest of them is.
+#: Per process and task: a column per counter, then the renewal thread's held locks and oldest's since.
 _HELD = MAX_COUNTERS
 _SINCE = MAX_COUNTERS + 1
 _TASK_WIDTH = MAX_COUNTERS + 2
@@ -59,21 +54,15 @@ _HIST_WIDTH = len(LATENCY_BUCKETS) + 3
 class Counters:
     """Thread- and process-safe counters, in memory shared with every process forked later.
 
-    A prefork worker maps them before it forks its pool, so its children inherit the same
-    pages: an increment in any child (or in the parent) is seen by all, and the parent, which
-    answers ``inspect``, reports the whole worker. No Redis on the way: an increment costs an
-    in-process lock and a memory write in the process's own row.
+    A prefork worker maps them before it forks its pool: an increment in any child (a lock of
+    its own process and a write in its own row, no Redis) is seen by the parent, which answers
+    ``inspect`` for the whole worker. Each registered counter (``engine.counting``) has a column
+    whenever it registered; a count made for a task is also kept in that task's slot
+    (``by_task``), taken by its first count in any process sharing, up to ``MAX_TASKS``.
 
-    The counters are those registered (``engine.counting``: the core's, the modes' and the
-    gates'), each in a column of its own, whenever they registered: the table has room for
-    every counter that may. A count made for a task is also kept in that task's slot (``by_task``),
-    taken by the task's first count in any process sharing the table, up to ``MAX_TASKS``.
-
-    Caveat: only *forked* processes share. A process started with the ``spawn`` or
-    ``forkserver`` method (or any separate ``celery worker``) has its own counters, as does a
-    ``Counters`` created after the fork, and a counter registered in a child only (a mode
-    imported by a task) is not known to the parent that reports. ``reset()`` resets them for
-    every process sharing.
+    Caveat: only *forked* processes share. A process started by ``spawn`` or ``forkserver`` (or
+    another worker), a ``Counters`` created after the fork, and a counter registered in a child
+    only (a mode imported by a task) are not seen by the parent. ``reset()`` resets them all.
     """
 
     def __init__(self, rows: int = ROWS) -> None:
@@ -89,6 +78,8 @@ class Counters:
         self._row: int | None = None
         # Where each task's columns start in this process's row (-1: no slot for it).
         self._task_at: dict[str, int] = {}
+        # Where each (counter, task) is counted in this process, found once (see _locate).
+        self._cells: dict[tuple[str, str | None], tuple[int, int]] = {}
         self._lock = threading.Lock()  # the row and the file lock are per process: threads need their own
         if hasattr(os, "register_at_fork"):
             this = weakref.ref(self)
@@ -101,6 +92,7 @@ class Counters:
                     counters._lock = threading.Lock()
                     counters._row = None
                     counters._task_at = {}
+                    counters._cells = {}
 
             os.register_at_fork(after_in_child=in_child)
 
@@ -134,28 +126,42 @@ class Counters:
             return self._values
 
     def incr(self, name: str, by: int = 1, task: str | None = None) -> None:
-        """``by`` more of the registered counter ``name`` (and of ``task``'s, if given); an
-        unknown name is logged once and not counted (``engine.counting.count`` says why)."""
+        """``by`` more of counter ``name`` (and of ``task``'s); an unknown name is logged once."""
+        cells = self._cells.get((name, task))
+        if cells is None:
+            cells = self._locate(name, by, task)
+            if cells is None:
+                return
+        values = self._values
+        assert values is not None  # mapped by _locate
+        total, of_task = cells
+        with self._lock:
+            values[total] += by
+            if of_task >= 0:
+                values[of_task] += by
+
+    def _locate(self, name: str, by: int, task: str | None) -> tuple[int, int] | None:
+        """Where this process counts ``name`` (total, and ``task``'s or -1), found once; None for an
+        unknown name (logged) or every row taken (then counted here, in the shared row)."""
         index = POSITIONS.get(name)
         if index is None:
             not_registered(name)
-            return
+            return None
         row = self._row
         if row is None:
             row = self._claim_row()
         values = self._values
         assert values is not None  # mapped by _claim_row
+        if row < 0:
+            with self._exclusive():
+                values[_RETIRED * _WIDTH + 1 + index] += by
+            return None
         at = -1 if task is None else self._task_at.get(task)
         if at is None:
             at = self._task_slot(task)  # type: ignore[arg-type]  # not None: checked above
-        if row < 0:  # every row taken: count in the shared row, under the shared lock
-            with self._exclusive():
-                values[_RETIRED * _WIDTH + 1 + index] += by
-            return
-        with self._lock:
-            values[row + 1 + index] += by
-            if at >= 0:
-                values[at + index] += by
+        cells = (row + 1 + index, at + index if at >= 0 else -1)
+        self._cells[(name, task)] = cells
+        return cells
 
     def snapshot(self) -> dict[str, int]:
         """Every registered counter's total over every process sharing, in registration order."""
@@ -374,13 +380,11 @@ add_count_listener(counters.incr)
 
 @signals.worker_init.connect(weak=False)
 def _share_counters(**_: Any) -> None:
-    # Sent in the worker's main process before it forks its pool: the children then count
-    # into the memory the parent answers `inspect redislock_stats` from.
+    # Sent in the worker's main process before it forks its pool: the children count into it.
     counters.share()
 
 
-#: When the renewal thread first saw each lease this process holds: a held lock's age, to
-#: within a renewal interval, without a clock read on the task's path.
+#: When the renewal thread first saw each lease this process holds (no clock read in a task).
 _first_seen: dict[tuple[str, str], float] = {}
 
 
