@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from sys import modules
-from typing import Union
+from typing import Any, Union
 
 from ..config.options import LockOptions
 from ..engine import (
@@ -43,7 +43,7 @@ from .liveness import process_alive
 from .mode import Mode
 from .request_lock import RedisLockInfo, unwatch, watch
 from .runtime import Runtime
-from .tracing import TRACE_MODULE, lock_event
+from .tracing import TRACE_MODULE, recording_span, span_event
 
 __all__ = [
     "Execution",
@@ -143,7 +143,7 @@ class Holding:
     release. A slots class: one is made per task.
     """
 
-    __slots__ = ("engine", "info", "lease", "mode", "options", "renewer", "runtime", "started")
+    __slots__ = ("engine", "info", "lease", "mode", "options", "renewer", "runtime", "span", "started")
 
     def __init__(
         self,
@@ -154,8 +154,10 @@ class Holding:
         lease: Lease,
         info: RedisLockInfo,
         renewer: Renewer,
+        span: Any = None,
     ) -> None:
         self.runtime = runtime
+        self.span = span  # the task's span, where it was recording at the acquire
         self.options = options
         self.mode = mode
         self.engine = engine
@@ -188,11 +190,12 @@ class Holding:
             else:
                 lost_at_release(lease)
                 outcome = "lost"
-            if TRACE_MODULE in modules:  # the test lock_event makes, without its call where none traces
-                lock_event("release", task, lease.key, lease.holder, outcome)
+            if self.span is not None:
+                span_event(self.span, "release", task, lease.key, lease.holder, outcome)
         except REDIS_ERRORS as exc:
             count("redis_errors")
-            lock_event("release", task, lease.key, lease.holder, "redis_error")
+            if self.span is not None:
+                span_event(self.span, "release", task, lease.key, lease.holder, "redis_error")
             logger.warning(
                 "Could not release lock %s: %r; it expires in at most %ss",
                 lease.key,
@@ -248,8 +251,9 @@ def _hold(
     execution: Execution, engine: LeaseEngine, lease: Lease, result: AcquireResult | None = None
 ) -> Holding:
     count("acquired", 1, execution.task_name)
-    if TRACE_MODULE in modules:
-        lock_event("acquire", execution.task_name, lease.key, lease.holder, "acquired")
+    span = recording_span(execution.task_name) if TRACE_MODULE in modules else None
+    if span is not None:
+        span_event(span, "acquire", execution.task_name, lease.key, lease.holder, "acquired")
     runtime = execution.runtime
     info = RedisLockInfo(
         lease.key,
@@ -265,7 +269,7 @@ def _hold(
     watch(info)
     renewer = get_renewer()
     renewer.add(engine, lease, execution.options.renew_interval_s)
-    return Holding(runtime, execution.options, execution.mode, engine, lease, info, renewer)
+    return Holding(runtime, execution.options, execution.mode, engine, lease, info, renewer, span)
 
 
 def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireResult:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Union
+from typing import Any, Union
 
-__all__ = ["TRACE_MODULE", "lock_event"]
+__all__ = ["TRACE_MODULE", "lock_event", "recording_span", "span_event"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,13 +28,30 @@ def lock_event(name: str, task: str, key: str, holder: str, outcome: str, **more
     """Add the span event ``redislock.<name>`` of ``task``'s lock to the current span, if one is
     recording. Never raises: it is on the task's path (a failing tracer is logged once, naming
     the task)."""
+    span = recording_span(task)
+    if span is not None:
+        span_event(span, name, task, key, holder, outcome, **more)
+
+
+def recording_span(task: str) -> Any:
+    """The current span if it is recording, else None (never raises). A lock held through a
+    run keeps it for its release: one span lookup a run, not two."""
     trace = sys.modules.get(TRACE_MODULE)
     if trace is None:
-        return
+        return None
     try:
         span = trace.get_current_span()
-        if not span.is_recording():
-            return
+        return span if span.is_recording() else None
+    except Exception as exc:
+        _failed_once(exc, "current span", task)
+        return None
+
+
+def span_event(
+    span: Any, name: str, task: str, key: str, holder: str, outcome: str, **more: Attribute
+) -> None:
+    """Add the event ``redislock.<name>`` to ``span`` (from ``recording_span``); never raises."""
+    try:
         # The task is the span's already (its name, celery.task_name): not repeated, as each
         # attribute costs the SDK a check on every event.
         attributes: dict[str, Attribute] = {
@@ -45,6 +62,10 @@ def lock_event(name: str, task: str, key: str, holder: str, outcome: str, **more
         attributes.update((f"redislock.{field}", value) for field, value in more.items())
         span.add_event(f"redislock.{name}", attributes)
     except Exception as exc:
-        if type(exc) not in _failed:
-            _failed.append(type(exc))
-            logger.warning("Could not add the span event redislock.%s of %s", name, task, exc_info=True)
+        _failed_once(exc, f"span event redislock.{name}", task)
+
+
+def _failed_once(exc: Exception, what: str, task: str) -> None:
+    if type(exc) not in _failed:
+        _failed.append(type(exc))
+        logger.warning("Could not add the %s of %s", what, task, exc_info=True)
