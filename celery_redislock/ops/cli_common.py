@@ -4,6 +4,8 @@ a Redis failure as one ``Error:`` line and an exit code, never a traceback."""
 from __future__ import annotations
 
 import functools
+import json
+from collections.abc import Iterable, Sequence
 from typing import Any, Callable, TypeVar, cast
 
 import click
@@ -18,9 +20,10 @@ from ..engine.leases import REDIS_ERRORS
 from ..errors import RedisLockError
 from ..integration.runtime import Runtime, runtime_for
 
-__all__ = ["cli_of", "redis_errors", "redis_failure", "redis_failure_text", "runtime_of"]
+__all__ = ["cli_of", "echo_listing", "redis_errors", "redis_failure", "redis_failure_text", "runtime_of"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_T = TypeVar("_T")
 
 
 def cli_of(ctx: click.Context) -> CLIContext:
@@ -64,3 +67,21 @@ def redis_errors(command: _F) -> _F:
             raise redis_failure(ctx, exc) from None
 
     return cast(_F, wrapper)
+
+
+def echo_listing(
+    cli: CLIContext,
+    infos: Sequence[_T],
+    as_json: bool,
+    as_dict: Callable[[_T], Any],
+    lines: Callable[[_T], Iterable[str]],
+    none: str,
+) -> None:
+    """A ``show`` command's output: ``--json`` a list of ``as_dict`` of each, else each one's
+    ``lines``, or the sentence ``none`` when there is nothing to show."""
+    if as_json:
+        cli.echo(json.dumps([as_dict(info) for info in infos], indent=2))
+    elif not infos:
+        cli.echo(none)
+    else:
+        cli.echo("\n".join(line for info in infos for line in lines(info)))

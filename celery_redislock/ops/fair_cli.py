@@ -3,14 +3,13 @@ and running calls (``ops.fair``)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from typing import Any
 
 import click
 from celery.bin.base import CeleryCommand, CeleryOption
 
-from .cli_common import cli_of, redis_errors, runtime_of
+from .cli_common import cli_of, echo_listing, redis_errors, runtime_of
 from .fair import QueueInfo, reset_fair, show_fair
 
 __all__ = ["fair"]
@@ -67,14 +66,8 @@ def show(ctx: click.Context, queues: tuple[str, ...], as_json: bool) -> None:
     and (where a fair_cap counts them) its calls running now."""
     runtime_of(ctx)  # a bad configuration says so first
     infos = show_fair(cli_of(ctx).app, queues)
-    cli = cli_of(ctx)
-    if as_json:
-        cli.echo(json.dumps([_json(info) for info in infos], indent=2))
-        return
-    if not infos:
-        cli.echo("No fair queues (no SingletonTask has fair_key for the queues asked)")
-        return
-    cli.echo("\n".join(line for info in infos for line in _lines(info)))
+    none = "No fair queues (no SingletonTask has fair_key for the queues asked)"
+    echo_listing(cli_of(ctx), infos, as_json, _json, _lines, none)
 
 
 @fair.command(name="reset", cls=CeleryCommand)

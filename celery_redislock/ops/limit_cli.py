@@ -4,7 +4,6 @@ run time for every worker (``ops.limits``)."""
 from __future__ import annotations
 
 import functools
-import json
 from typing import Any, Callable, TypeVar, cast
 
 import click
@@ -15,7 +14,7 @@ from celery.platforms import EX_FAILURE
 from ..engine.rate_decisions import RateState
 from ..errors import RedisLockError
 from ..modes.rate_inventory import state_text
-from .cli_common import cli_of, redis_errors, runtime_of
+from .cli_common import cli_of, echo_listing, redis_errors, runtime_of
 from .limits import LimitInfo, pause_limit, reset_limit, set_limit, show_limits
 
 __all__ = ["limit"]
@@ -109,14 +108,8 @@ def show(ctx: click.Context, as_json: bool) -> None:
     """List the named limits: the rates in force and where they come from (the
     setting, the code, or a runtime override), and each partition's state."""
     infos = show_limits(cli_of(ctx).app)
-    cli = cli_of(ctx)
-    if as_json:
-        cli.echo(json.dumps([_json(info) for info in infos], indent=2))
-        return
-    if not infos:
-        cli.echo("No named limits (declare them in redislock_limits or with declare_limit)")
-        return
-    cli.echo("\n".join(line for info in infos for line in _lines(info)))
+    none = "No named limits (declare them in redislock_limits or with declare_limit)"
+    echo_listing(cli_of(ctx), infos, as_json, _json, _lines, none)
 
 
 @limit.command(name="set", cls=CeleryCommand)
