@@ -13,7 +13,7 @@ import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -26,6 +26,9 @@ from celery_redislock import DuplicateTaskError, OptionError, SingletonTask
 from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
 from celery_redislock.integration.runtime import reset_runtime
 from tests.harness import RabbitMQServer
+
+if TYPE_CHECKING:
+    from .mode_harness import Deployment
 
 _names = itertools.count()
 
@@ -297,6 +300,18 @@ def worker_process(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     # into the next test's databases (tests of a warm shutdown call proc.stop() themselves).
     for proc in started:
         proc.kill()
+
+
+@pytest.fixture
+def deployment(
+    urls: dict[str, str],
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> Deployment:
+    """The test's servers, its apps and its worker subprocesses, as one (see ``Deployment``)."""
+    from .mode_harness import Deployment  # which imports this module's worker_module
+
+    return Deployment(urls, make_app, worker_process)
 
 
 def registration_error(app: Celery, name: str, **options: Any) -> OptionError:
