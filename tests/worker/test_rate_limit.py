@@ -5,7 +5,6 @@ loses nothing; partitions are independent; it composes with a lock per document.
 
 from __future__ import annotations
 
-import gc
 import os
 import signal
 import time
@@ -23,8 +22,7 @@ from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import RedisServer
 from celery_redislock.integration.runtime import run_function, runtime_for
 from celery_redislock.modes.rate_limit import rate_key
-from celery_redislock.signals import task_rate_limited
-from tests.harness import GrantRecorder, most_in_a_window
+from tests.harness import GrantRecorder, collect_requeued_results, most_in_a_window, postponed_calls
 
 from .conftest import WorkerProcess, poll, stats_of
 from .mode_harness import ModeTask
@@ -264,36 +262,10 @@ def test_one_at_a_time_per_document_and_n_a_second_per_account(
     assert len(grants) >= 40 and most_in_a_window(grants, 1.0) <= 10
 
 
-def collect_requeued_results() -> None:
-    """Free, while the test's app is open, the results of the calls its in-process worker
-    re-queued (Celery subscribes to each; an AsyncResult collected after the app closed would
-    try to unsubscribe for seconds, and fail where nobody can catch it)."""
-    gc.collect()
-
-
 def test_a_postponed_call_sends_task_rate_limited_and_is_logged(
     make_app: Callable[..., Celery], worker: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    app = make_app()
-    ran: list[int] = []
-
-    @app.task(base=SingletonTask, shared=False, name="rate.signalled", global_rate_limit="2/s")
-    def signalled(n: int) -> int:
-        ran.append(n)
-        return n
-
-    postponed: list[dict[str, Any]] = []
-
-    def receiver(sender: Any, **info: Any) -> None:
-        postponed.append({"sender": sender.name, **info})
-
-    task_rate_limited.connect(receiver, weak=False)
-    try:
-        with worker(app, pool="threads", concurrency=2):
-            results = [signalled.delay(n) for n in range(4)]
-            assert sorted(result.get(timeout=20) for result in results) == [0, 1, 2, 3]
-    finally:
-        task_rate_limited.disconnect(receiver)
+    ran, postponed, results = postponed_calls(make_app(), worker, "rate.signalled", global_rate_limit="2/s")
     assert len(postponed) >= 2 and {p["sender"] for p in postponed} == {"rate.signalled"}
     assert {p["rate"] for p in postponed} == {"2/s"} and all(p["wait"] > 0.3 for p in postponed)
     assert {p["task_id"] for p in postponed} <= {result.id for result in results}
