@@ -90,6 +90,15 @@ class Deployment:
         return task.start(self.worker_process, self.urls, *args, pool=pool, module=module)
 
 
+@dataclass(frozen=True)
+class Store:
+    """Where a rate-limit test's limits live (the ``store`` fixture): the servers its workers and
+    apps use, the limits on ``deployment``'s lock Redis, and a client of that Redis."""
+
+    deployment: Deployment
+    client: Any
+
+
 def node(mode: str) -> str:
     """A node name no other test's worker has, for ``inspect`` and control commands."""
     return f"{mode}-{uuid.uuid4().hex[:8]}@test"

@@ -5,8 +5,7 @@ promises, on the server's clock: the starts the limiter's log records (``GrantRe
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,7 +14,6 @@ from celery import Celery
 
 from celery_redislock import reset_limit, set_limit, show_limits
 from celery_redislock.config.arguments import KeyBuilder
-from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import poll
 from celery_redislock.engine.rate_decisions import Limit, decide_limits
 from celery_redislock.engine.rates import Rate
@@ -28,7 +26,7 @@ from celery_redislock.ops.listing import lock_pattern
 from tests.harness import GrantRecorder, most_in_a_window
 
 from .conftest import stats_of
-from .mode_harness import Deployment, ModeTask, node
+from .mode_harness import Deployment, ModeTask, Store, node
 
 BODY = """
 coord.rpush("ran:" + tag, f"{n} {self.request.id}")
@@ -68,29 +66,6 @@ TOPOLOGIES = [
     pytest.param("gevent", "single", id="gevent", marks=pytest.mark.slow),
     pytest.param("threads", "cluster", id="threads-cluster", marks=pytest.mark.slow),
 ]
-
-
-@pytest.fixture
-def store(request: pytest.FixtureRequest, deployment: Deployment, locks: redis.Redis) -> Iterator[Store]:
-    """Where the test's limits live: the test's redis-server, or a Redis Cluster (every named
-    limit under one hash tag: one node decides them) when the test's ``kind`` is "cluster"."""
-    kind = request.node.callspec.params.get("kind", "single")
-    if kind != "cluster":
-        yield Store(deployment, locks)
-        return
-    url = request.getfixturevalue("cluster").url
-    client = make_client(url)
-    yield Store(deployment.with_locks(url), client)
-    client.close()
-
-
-@dataclass(frozen=True)
-class Store:
-    """The servers a test's workers and apps use, its limits on ``deployment``'s lock Redis, and
-    a client of that Redis."""
-
-    deployment: Deployment
-    client: Any
 
 
 def log_of(app: Celery, name: str) -> str:
