@@ -61,20 +61,31 @@ def head_to_head(rows: dict[str, Any]) -> str:
     )
 
 
-def markdown(results: dict[str, Any], command: str) -> str:
-    """The whole report: machine, the four tables, and what was not measured."""
-    config, floor = results["config"], results["floor"]
+def head(title: str, produced: str, results: dict[str, Any]) -> list[str]:
+    """A report's first lines: its title, how it was produced, the machine (``results``'s
+    ``machine``) and each variant that was not measured, with why (its ``unavailable``)."""
     lines = [
-        "# Benchmark results",
+        f"# {title}",
         "",
-        f"Produced by `{command}`. Medians of {config['repeats']} repeats after a warm-up, "
-        f"variants interleaved per repeat; worker: prefork, concurrency {config['concurrency']}.",
+        produced,
         "",
         "Machine: " + "; ".join(f"{k} {v}" for k, v in results["machine"].items()),
         "",
     ]
     for variant, why in results["unavailable"].items():
         lines.append(f"- **{variant}** was not measured: {why}")
+    return lines
+
+
+def markdown(results: dict[str, Any], command: str) -> str:
+    """The whole report: machine, the four tables, and what was not measured."""
+    config, floor = results["config"], results["floor"]
+    lines = head(
+        "Benchmark results",
+        f"Produced by `{command}`. Medians of {config['repeats']} repeats after a warm-up, "
+        f"variants interleaved per repeat; worker: prefork, concurrency {config['concurrency']}.",
+        results,
+    )
     lines += [
         "",
         f"## Uncontended: {config['n']} trivial tasks with distinct arguments",

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,7 +24,7 @@ from celery_redislock.integration.liveness import process_alive
 from celery_redislock.integration.runtime import runtime_for
 
 from .conftest import restore_visible
-from .mode_harness import ModeTask, node
+from .mode_harness import Deployment, ModeTask, node
 
 #: Held while ``hold`` is set, before it does anything (so a kill then leaves nothing half
 #: done); then its completion, by task id.
@@ -108,18 +107,14 @@ def backlogs(app: Celery, client: redis.Redis, queue: str = "celery") -> list[di
 
 
 def test_a_worker_killed_mid_drain_loses_nothing_and_completes_nothing_twice(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    locks: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    deployment: Deployment, coord: redis.Redis, locks: redis.Redis
 ) -> None:
     task = fair()
-    app = make_app(**TRANSPORT)
+    app = deployment.app(**TRANSPORT)
     sender = task.sender(app)
     results = [sender.delay(*call) for call in calls()]
-    doomed = task.start(
-        worker_process, urls, "-c", "2", "--prefetch-multiplier", "2", "-n", node("fair-doomed"), module=ACKS
+    doomed = deployment.start(
+        task, "-c", "2", "--prefetch-multiplier", "2", "-n", node("fair-doomed"), module=ACKS
     )
     assert poll(lambda: coord.llen("ran") >= 30, 60), doomed.log()[-3000:]
     coord.set("hold", 1)
@@ -131,7 +126,7 @@ def test_a_worker_killed_mid_drain_loses_nothing_and_completes_nothing_twice(
         done = {entry.decode().split()[2] for entry in coord.lrange("ran", 0, -1)}
         acked = {entry.decode() for entry in coord.lrange("acked", 0, -1)}
         full = (
-            not urls["broker"].startswith("redis")
+            not deployment.urls["broker"].startswith("redis")
             or app.connection_for_write().default_channel.client.hlen("unacked") >= 4
         )
         return done <= acked and full
@@ -144,8 +139,8 @@ def test_a_worker_killed_mid_drain_loses_nothing_and_completes_nothing_twice(
     assert poll(lambda: not any(process_alive(pid) for pid in pool), 10)
     held = [entry.decode() for entry in coord.lrange("held", 0, -1)]
     coord.delete("hold")
-    redeliver(app, urls)
-    kept = task.start(worker_process, urls, "-c", "2", "-n", node("fair-kept"))
+    redeliver(app, deployment.urls)
+    kept = deployment.start(task, "-c", "2", "-n", node("fair-kept"))
     assert drained(results, kept) == sorted(n for _, n in calls())
     assert ran(coord) == Counter(calls())  # every call completed, once
     completed = [entry.decode().split()[2] for entry in coord.lrange("ran", 0, -1)]
@@ -156,19 +151,14 @@ def test_a_worker_killed_mid_drain_loses_nothing_and_completes_nothing_twice(
 
 @pytest.mark.parametrize("fault", ["flush", "restart"])
 def test_a_lock_redis_flushed_or_restarted_mid_drain_loses_nothing_and_completes_nothing_twice(
-    fault: str,
-    urls: dict[str, str],
-    coord: redis.Redis,
-    lock_server: RedisServer,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    fault: str, deployment: Deployment, coord: redis.Redis, lock_server: RedisServer
 ) -> None:
     task = fair(retry_countdown=0.3)
-    urls = {**urls, "locks": lock_server.url}
-    app = make_app(redislock_url=lock_server.url)
+    deployment = deployment.with_locks(lock_server.url)
+    app = deployment.app()
     sender = task.sender(app)
     results = [sender.delay(*call) for call in calls()]
-    proc = task.start(worker_process, urls, "-c", "2", "-n", node(f"fair-{fault}"))
+    proc = deployment.start(task, "-c", "2", "-n", node(f"fair-{fault}"))
     assert poll(lambda: coord.llen("ran") >= 30, 60), proc.log()[-3000:]
     if fault == "flush":
         with lock_server.client() as client:
