@@ -25,7 +25,7 @@ from ..engine import (
     SemaphoreLease,
     SlotResult,
 )
-from ..engine.counting import count
+from ..engine.counting import TaskTallies, count
 from ..engine.holders import (
     QUEUED_SUFFIX,
     any_delivery_prefix,
@@ -68,7 +68,18 @@ class Execution:
     dataclass's ``__init__`` costs four times as much (it sets each field through
     ``object.__setattr__``). Nothing changes its fields once made."""
 
-    __slots__ = ("holder", "hostname", "key", "mode", "options", "retries", "runtime", "task_id", "task_name")
+    __slots__ = (
+        "holder",
+        "hostname",
+        "key",
+        "mode",
+        "options",
+        "retries",
+        "runtime",
+        "tallies",
+        "task_id",
+        "task_name",
+    )
 
     def __init__(
         self,
@@ -80,8 +91,10 @@ class Execution:
         task_id: str,
         hostname: str | None,
         retries: int = 0,
+        tallies: TaskTallies | None = None,
     ) -> None:
         self.runtime = runtime
+        self.tallies = TaskTallies(task_name) if tallies is None else tallies
         self.options = options
         self.mode = mode
         self.key = key
@@ -143,7 +156,18 @@ class Holding:
     release. A slots class: one is made per task.
     """
 
-    __slots__ = ("engine", "info", "lease", "mode", "options", "renewer", "runtime", "span", "started")
+    __slots__ = (
+        "engine",
+        "info",
+        "lease",
+        "mode",
+        "options",
+        "renewer",
+        "runtime",
+        "span",
+        "started",
+        "tallies",
+    )
 
     def __init__(
         self,
@@ -155,8 +179,10 @@ class Holding:
         info: RedisLockInfo,
         renewer: Renewer,
         span: Any = None,
+        tallies: TaskTallies | None = None,
     ) -> None:
         self.runtime = runtime
+        self.tallies = TaskTallies(info.task_name) if tallies is None else tallies
         self.span = span  # the task's span, where it was recording at the acquire
         self.options = options
         self.mode = mode
@@ -185,7 +211,7 @@ class Holding:
                 lease.holder,
                 notify=runtime.release_channel(lease.key) if runtime.waited_on(task) else None,
             ):
-                count("released", 1, task)
+                self.tallies.released()
                 outcome = "released"
             else:
                 lost_at_release(lease)
@@ -250,7 +276,7 @@ def release_queued(runtime: Runtime, key: str, task_id: str) -> None:
 def _hold(
     execution: Execution, engine: LeaseEngine, lease: Lease, result: AcquireResult | None = None
 ) -> Holding:
-    count("acquired", 1, execution.task_name)
+    execution.tallies.acquired()
     span = recording_span(execution.task_name) if TRACE_MODULE in modules else None
     if span is not None:
         span_event(span, "acquire", execution.task_name, lease.key, lease.holder, "acquired")
@@ -269,7 +295,9 @@ def _hold(
     watch(info)
     renewer = get_renewer()
     renewer.add(engine, lease, execution.options.renew_interval_s)
-    return Holding(runtime, execution.options, execution.mode, engine, lease, info, renewer, span)
+    return Holding(
+        runtime, execution.options, execution.mode, engine, lease, info, renewer, span, execution.tallies
+    )
 
 
 def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireResult:
