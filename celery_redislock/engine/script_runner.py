@@ -139,7 +139,7 @@ class ScriptRunner:
         """Send one command and read its reply (redis-py's response callbacks applied); raises
         redis-py's errors."""
         guard = self._guard
-        if guard is None or not guard.acquire(blocking=False):
+        if guard is None or not guard.acquire(False):  # positional: a keyword costs a dict
             return self._pooled(args)
         try:
             held = self._held

@@ -62,7 +62,8 @@ logger = logging.getLogger(__name__)
 class Execution:
     """Who asks for a key: one delivery of the message ``task_id`` (of task ``task_name``, its
     ``retries``-th re-publish) on worker node ``hostname``, with the task's resolved options and
-    mode; ``holder``, its holder id, is drawn as it is made.
+    mode; ``holder``, its holder id, is drawn as it is made; ``tallies``, the task's counts
+    (its plan's); ``request``, the running Celery request, where the glue has it.
 
     A plain class with slots, not a frozen dataclass: one is made per task, and a frozen
     dataclass's ``__init__`` costs four times as much (it sets each field through
@@ -74,6 +75,7 @@ class Execution:
         "key",
         "mode",
         "options",
+        "request",
         "retries",
         "runtime",
         "tallies",
@@ -92,9 +94,11 @@ class Execution:
         hostname: str | None,
         retries: int = 0,
         tallies: TaskTallies | None = None,
+        request: Any = None,
     ) -> None:
         self.runtime = runtime
         self.tallies = TaskTallies(task_name) if tallies is None else tallies
+        self.request = request
         self.options = options
         self.mode = mode
         self.key = key

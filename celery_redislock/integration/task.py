@@ -150,6 +150,7 @@ class SingletonTask(_TaskBase):
                 request.hostname,
                 request.retries,
                 plan.tallies,
+                request,
             )
             for gate in plan.gates:  # a rate limit: may end the call here
                 gate.admit(self, execution)
