@@ -43,14 +43,18 @@ from celery_redislock.config.options import option_names
 from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
 from tests.harness import RabbitMQServer
 
-from .harness import machine, shuffled
+from .harness import machine, run_seconds, shuffled
 from .servers import add_server_option, server_executable
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "fair_share"
 QUEUE = "fairbench"
 #: The task of each variant, and the options of its declaration (both sides declare it alike).
+#: Each variant's worker declares its own task alone, so only the fair one consumes the lanes.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "plain": ("Task", {}),
+    # Plain Celery's task in a worker that also consumes the queue's lanes (a fair task declared
+    # beside it, never called): what consuming 1 + fair_lanes queues costs by itself.
+    "lanes": ("Task", {}),
     # The lock alone: what fair share adds to a SingletonTask is fair's rate over this one's.
     "lock": ("SingletonTask", {}),
     "fair": ("SingletonTask", {"fair_key": ["tenant"]}),
@@ -90,6 +94,14 @@ def {variant}(run, tenant, seq, sent):
     record(run, tenant, seq, sent)
 """
 
+#: Declared in the ``lanes`` variant's worker only: its lanes are consumed, it is never called.
+LANES_SOURCE = """
+
+@app.task(base=SingletonTask, name="fair_bench.unused_fair", fair_key=["tenant"])
+def unused_fair(tenant):
+    pass
+"""
+
 
 @dataclass
 class Run:
@@ -101,6 +113,8 @@ class Run:
     b_first_sent: float
     #: the lock Redis's commands meanwhile, by name (INFO commandstats: a script's own inside it)
     commands: dict[str, int] = field(default_factory=dict)
+    #: the worker's CPU µs per call over the drain (its main process and pool, /proc)
+    cpu_us: float = float("nan")
 
     def of(self, tenant: str) -> list[tuple[str, int, float, float]]:
         return [start for start in self.starts if start[0] == tenant]
@@ -178,13 +192,20 @@ def _never(run: str, tenant: str, seq: int, sent: float) -> None:
     raise AssertionError("runs in the worker only")
 
 
-def worker_source(urls: dict[str, str], variants: list[str], args: argparse.Namespace) -> str:
+def worker_source(urls: dict[str, str], variant: str, args: argparse.Namespace) -> str:
+    """The worker module of ``variant``: its task alone (with ``lanes``, an unused fair one)."""
     source = WORKER_MODULE.format(queue=QUEUE, prefetch=args.prefetch, body_s=args.body_ms / 1000, **urls)
-    for variant in variants:
-        base, options = VARIANTS[variant]
-        written = "".join(f", {key}={value!r}" for key, value in options.items())
-        source += TASK_SOURCE.format(base=base, variant=variant, options=written)
+    base, options = VARIANTS[variant]
+    written = "".join(f", {key}={value!r}" for key, value in options.items())
+    source += TASK_SOURCE.format(base=base, variant=variant, options=written)
+    if variant == "lanes":
+        source += LANES_SOURCE
     return textwrap.dedent(source)
+
+
+def worker_cpu(worker: WorkerProcess) -> float:
+    """CPU seconds the worker's processes (its main process and its pool's) have used so far."""
+    return sum(run_seconds(pid) for pid in [worker.pid, *worker.child_pids()])
 
 
 class Bench:
@@ -216,9 +237,10 @@ class Bench:
             urls = {"broker": broker, "backend": f"{base}/1", "locks": self.locks.url, "coord": f"{base}/3"}
             self.app, self.unavailable = caller(urls, self.args.variants)
             self.variants = [v for v in self.args.variants if v not in self.unavailable]
-            (self.workdir / "bench_fair_worker.py").write_text(
-                worker_source(urls, self.variants, self.args), encoding="utf-8"
-            )
+            for variant in self.variants:
+                (self.workdir / f"bench_fair_{variant}.py").write_text(
+                    worker_source(urls, variant, self.args), encoding="utf-8"
+                )
             self.coord = self.main.client(db=3)
             yield self
         finally:
@@ -238,7 +260,7 @@ class Bench:
         for seq in range(args.n):
             task.apply_async((run, "A", seq, time.time()))
         worker = WorkerProcess(
-            self.workdir, "bench_fair_worker", ["-P", "prefork", "-c", str(args.concurrency), "-Q", QUEUE]
+            self.workdir, f"bench_fair_{variant}", ["-P", "prefork", "-c", str(args.concurrency), "-Q", QUEUE]
         )
         try:
             worker.wait_ready(timeout=60)
@@ -246,6 +268,7 @@ class Bench:
             warm = min(args.n // 10, 50)
             if not poll(lambda: self.coord.llen(f"starts:{run}") >= warm, 120, 0.01):
                 raise RuntimeError(f"{variant}: the worker did not start A's calls:\n{worker.log()[-3000:]}")
+            cpu_before, started_before = worker_cpu(worker), self.coord.llen(f"starts:{run}")
             b_first_sent = time.time()
             for seq in range(args.b_calls):
                 task.apply_async((run, "B", seq, time.time()))
@@ -255,6 +278,9 @@ class Bench:
                     f"{variant}: {self.coord.llen(f'starts:{run}')} of {total} calls started:\n"
                     f"{worker.log()[-3000:]}"
                 )
+            # The worker's CPU per call over the same stretch as the drain rate, read before its
+            # shutdown: steadier than the rate where other work shares the cores.
+            cpu_us = (worker_cpu(worker) - cpu_before) / (total - started_before) * 1e6
         finally:
             worker.stop()
         after = self.lock_commands()
@@ -272,7 +298,7 @@ class Bench:
         commands = {
             name: after[name] - before.get(name, 0) for name in after if after[name] > before.get(name, 0)
         }
-        return Run(variant, starts, b_first_sent, commands)
+        return Run(variant, starts, b_first_sent, commands, cpu_us)
 
     def lock_commands(self) -> dict[str, int]:
         """Calls so far on the lock Redis, by command (this read's own left out)."""
@@ -308,6 +334,7 @@ def compact(run: Run, chart: bool) -> dict[str, Any]:
         "b_waits": run.b_waits,
         "a_ahead": run.a_ahead,
         "drain_rate": run.drain_rate,
+        "cpu_us_per_call": run.cpu_us,
         "scripts_per_call": scripts / calls,
         "commands_per_call": sum(run.commands.values()) / calls,
     }
