@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .keys import fair_keys
@@ -66,6 +66,11 @@ class FairLanes:
         """Count the call ``task_id`` out of its backlog as it starts; False when it was not
         counted in (started already, sent while Redis was away, or the keys were flushed)."""
         return bool(self.runner.run(FAIR_START, self.keys, (task_id,)))
+
+    def started_many(self, task_ids: Sequence[str]) -> int:
+        """Count each of ``task_ids`` out of its backlog in one script call; how many were
+        counted in (as ``started``)."""
+        return int(self.runner.run(FAIR_START, self.keys, tuple(task_ids))) if task_ids else 0
 
     def state(self) -> LaneState:
         """The lanes' backlogs now (three reads, not one snapshot: for display)."""

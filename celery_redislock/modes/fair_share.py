@@ -7,8 +7,8 @@ lock Redis picks its lane (``engine.fair_lanes``): a tenant keeps its lane while
 backlog (its calls stay in order), a tenant without one gets the least-loaded lane, and a tenant
 of weight w (``fair_weights``) spreads over up to w lanes. So a flooding tenant fills its own
 lane, and another tenant's calls wait behind at most the lanes' turns, not the flood. The
-message carries its queue, tenant and a ticket (``FAIR_HEADER``); its start counts it out of the
-backlog, once per ticket. Redis unreachable at send: the tenant's lane is hashed, nothing lost.
+message carries its queue, tenant and a ticket (``FAIR_HEADER``); its receipt by a worker counts
+it out of the backlog, once per ticket, off its path (``modes.fair_receipt``). Redis unreachable at send: the tenant's lane is hashed, nothing lost.
 
 ``fair_cap``: the most calls of one tenant running at once across all workers, a counting
 semaphore per tenant taken as the call starts (renewed while it runs). A call over it is
@@ -46,6 +46,7 @@ from ..integration.mode import Send
 from ..integration.outcomes import requeue
 from ..integration.queues import LANE_MARK, base_queue, lane_name
 from ..integration.runtime import Runtime, app_layers_ask, run_function, runtime_for
+from .fair_receipt import FAIR_HEADER
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
@@ -54,9 +55,6 @@ __all__ = ["CAP_RECHECK", "CAP_SUFFIX", "FAIR_HEADER", "GATE", "FairShareGate"]
 
 logger = logging.getLogger(__name__)
 
-#: The message header of a fair call: ``[queue, tenant, ticket]`` (the ticket counts it out of
-#: its backlog once, however often the broker gives it out).
-FAIR_HEADER = "redislock_fair"
 #: The request attribute holding the cap's slot a running call holds: ``(key, lease)``.
 CAP_FIELD = "redislock_fair_slot"
 #: Beside a tenant's key (``KeyBuilder.key`` of ``fair_key``): the semaphore of its ``fair_cap``.
@@ -233,26 +231,13 @@ class FairShareGate:
     # --- the start ----------------------------------------------------------------------------
 
     def admit(self, task: AnyTask, execution: Execution) -> None:
-        """Count the call out of its backlog, then take a slot of its tenant's cap, or re-queue
-        it to its lane for later (raises ``Ignore``)."""
+        """Take a slot of the call's tenant's cap, or re-queue it to its lane for later (raises
+        ``Ignore``)."""
         request = task.request
         header = vars(request).get(FAIR_HEADER)
         runtime, options = execution.runtime, execution.options
-        prefix = runtime.settings.key_prefix
-        if header:
-            queue, tenant, ticket = (str(part) for part in header)
-            try:
-                if ticket:  # none: sent to a hashed lane (or re-queued over its cap), not counted
-                    FairLanes(runtime.scripts, prefix, queue).started(ticket)
-            except REDIS_ERRORS as exc:  # its backlog stays counted; the call is not held up
-                count("redis_errors")
-                logger.warning(
-                    "Could not count %s[%s] out of its backlog in %s: %r",
-                    task.name,
-                    execution.task_id,
-                    queue,
-                    exc,
-                )
+        if header:  # counted out of its backlog as the worker received it (modes.fair_receipt)
+            tenant = str(header[1])
         else:  # sent by a sender without fair share (or eager): its tenant from its arguments
             tenant = self._tenant(runtime, task, options, request.args, request.kwargs)
         cap = options.value("fair_cap")

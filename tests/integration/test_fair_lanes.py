@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import redis
 
-from celery_redislock.engine.fair_lanes import FairLanes, hashed_lane
+from celery_redislock.engine.fair_lanes import FairLanes, LaneState, hashed_lane
 from celery_redislock.engine.keys import fair_keys
 from celery_redislock.engine.script_runner import ScriptRunner
 
@@ -87,3 +87,14 @@ def test_the_keys_of_a_queue_share_a_slot_and_keep_a_prefix_tag() -> None:
 def test_the_hashed_lane_is_stable_and_in_range() -> None:
     assert hashed_lane("acme", 16) == hashed_lane("acme", 16)
     assert {hashed_lane(f"t{n}", 5) for n in range(200)} == set(range(5))
+
+
+def test_many_tickets_are_counted_out_in_one_call_each_once(redislock_redis: redis.Redis) -> None:
+    lanes = lanes_of(redislock_redis)
+    for n in range(6):
+        lanes.assign("a" if n % 2 else "b", f"t{n}", 4)
+    # Two of them counted out already, one never counted in, one given twice: counted out once.
+    assert lanes.started("t0") and lanes.started("t1")
+    assert lanes.started_many(["t0", "t1", "t2", "t3", "t3", "never-assigned", "t4", "t5"]) == 4
+    assert lanes.state() == LaneState({}, {}, 0)
+    assert lanes.started_many([]) == 0
