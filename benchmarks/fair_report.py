@@ -58,7 +58,8 @@ def markdown(figures: dict[str, Any], command: str) -> str:
         f"Produced by `{command}`. Tenant A's {config['n']:,} calls queued first, then a prefork "
         f"worker (concurrency {config['concurrency']}, prefetch multiplier {config['prefetch']}) "
         f"started; once it ran A's first calls, tenant B sent {config['b_calls']}. Bodies: "
-        f"{config['body_ms']:g} ms of CPU; broker: {config['broker']}. {config['repeats']} runs of "
+        f"{config['body_ms']:g} ms of CPU; broker: {config['broker']}; fair_lanes {config.get('lanes', 16)}. "
+        f"{config['repeats']} runs of "
         "each task, interleaved.",
         "",
         "Machine: " + "; ".join(f"{k} {v}" for k, v in figures["machine"].items()),

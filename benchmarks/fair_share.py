@@ -2,7 +2,8 @@
 Celery task and with ``fair_key``, and what fair share costs the worker's throughput.
 
     python -m benchmarks.fair_share [--n 5000] [--b-calls 10] [--repeats 5] [--concurrency 2]
-                                    [--body-ms 0] [--broker redis|rabbitmq] [--redis-server ...]
+                                    [--body-ms 0] [--lanes 16] [--broker redis|rabbitmq]
+                                    [--redis-server ...]
                                     [--variants plain,fair] [--out DIR]
 
 Servers on free loopback ports: the broker (a redis-server, or with ``--broker rabbitmq`` a
@@ -97,7 +98,7 @@ def {variant}(run, tenant, seq, sent):
 #: Declared in the ``lanes`` variant's worker only: its lanes are consumed, it is never called.
 LANES_SOURCE = """
 
-@app.task(base=SingletonTask, name="fair_bench.unused_fair", fair_key=["tenant"])
+@app.task(base=SingletonTask, name="fair_bench.unused_fair", fair_key=["tenant"], fair_lanes={lanes!r})
 def unused_fair(tenant):
     pass
 """
@@ -155,7 +156,9 @@ class Figures:
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
-def caller(urls: dict[str, str], variants: list[str]) -> tuple[Celery, dict[str, str]]:
+def caller(
+    urls: dict[str, str], variants: list[str], args: argparse.Namespace
+) -> tuple[Celery, dict[str, str]]:
     """The sending side's app with each variant's task declared as the worker declares it (its
     body never runs here), and why a variant cannot run (this version lacks or refuses its
     options: Celery sets an unknown keyword of a task declaration as an attribute, unchecked)."""
@@ -169,7 +172,7 @@ def caller(urls: dict[str, str], variants: list[str]) -> tuple[Celery, dict[str,
     )
     unavailable = {}
     for variant in variants:
-        base, options = VARIANTS[variant]
+        base, options = variant_options(variant, args)
         missing = sorted(set(options) - option_names())
         if base == "SingletonTask" and missing:
             unavailable[variant] = f"this celery_redislock has no option {', '.join(missing)}"
@@ -192,14 +195,22 @@ def _never(run: str, tenant: str, seq: int, sent: float) -> None:
     raise AssertionError("runs in the worker only")
 
 
+def variant_options(variant: str, args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """The base and options of ``variant``'s task, ``--lanes`` given to a fair one."""
+    base, options = VARIANTS[variant]
+    if "fair_key" in options:
+        options = {**options, "fair_lanes": args.lanes}
+    return base, options
+
+
 def worker_source(urls: dict[str, str], variant: str, args: argparse.Namespace) -> str:
     """The worker module of ``variant``: its task alone (with ``lanes``, an unused fair one)."""
     source = WORKER_MODULE.format(queue=QUEUE, prefetch=args.prefetch, body_s=args.body_ms / 1000, **urls)
-    base, options = VARIANTS[variant]
+    base, options = variant_options(variant, args)
     written = "".join(f", {key}={value!r}" for key, value in options.items())
     source += TASK_SOURCE.format(base=base, variant=variant, options=written)
     if variant == "lanes":
-        source += LANES_SOURCE
+        source += LANES_SOURCE.format(lanes=args.lanes)
     return textwrap.dedent(source)
 
 
@@ -235,7 +246,7 @@ class Bench:
                 self.rabbitmq.start()
                 broker = self.rabbitmq.add_vhost("fairbench")
             urls = {"broker": broker, "backend": f"{base}/1", "locks": self.locks.url, "coord": f"{base}/3"}
-            self.app, self.unavailable = caller(urls, self.args.variants)
+            self.app, self.unavailable = caller(urls, self.args.variants, self.args)
             self.variants = [v for v in self.args.variants if v not in self.unavailable]
             for variant in self.variants:
                 (self.workdir / f"bench_fair_{variant}.py").write_text(
@@ -383,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=2, help="the worker's pool processes")
     parser.add_argument("--prefetch", type=int, default=4, help="worker_prefetch_multiplier")
     parser.add_argument("--body-ms", type=float, default=0.0, help="CPU ms each body spins")
+    parser.add_argument("--lanes", type=int, default=16, help="fair_lanes of the fair tasks")
     parser.add_argument("--broker", choices=("redis", "rabbitmq"), default="redis")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated: plain, lock, fair")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a drain may take")

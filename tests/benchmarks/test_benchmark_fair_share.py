@@ -32,7 +32,7 @@ def test_the_fair_share_benchmark_writes_its_table_and_chart(
     argv = ["--n", "30", "--b-calls", "3", "--repeats", "1", "--broker", broker, "--out", str(tmp_path)]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert f"Bodies: 0 ms of CPU; broker: {broker}. 1 runs of each task" in out
+    assert f"Bodies: 0 ms of CPU; broker: {broker}; fair_lanes 16. 1 runs of each task" in out
     assert "| plain Celery task |" in out and '| `SingletonTask`, `fair_key=["tenant"]` |' in out
     figures = json.loads((tmp_path / "fair_share.json").read_text())
     assert set(figures["runs"]) == {"plain", "lanes", "lock", "fair"}
