@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 import uuid
 import weakref
 from collections.abc import Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from celery.exceptions import Ignore
@@ -63,6 +65,9 @@ CAP_SUFFIX = "fair_cap"
 CAP_RECHECK = 1.0
 #: The options that apply to a call's tenant (``fair_key`` first).
 TENANTED = ("fair_key", "fair_cap", "fair_weights")
+#: Seconds past a call's expiry before a sweep counts it out: the broker's clock and the lock
+#: Redis's may differ a little, and a call a worker may still receive is counted out there.
+EXPIRY_GRACE = 1.0
 #: Lanes a queue has unless ``fair_lanes`` says otherwise.
 DEFAULT_LANES = 16
 
@@ -188,7 +193,7 @@ class FairShareGate:
         ticket = uuid.uuid4().hex
         lanes = FairLanes(runtime.scripts, runtime.settings.key_prefix, queue)
         try:
-            lane = lanes.assign(tenant, ticket, count_of, weight)
+            lane = lanes.assign(tenant, ticket, count_of, weight, expires_at(task, options))
             count("fair_assigned")
             self._unreachable_told = False
         except REDIS_ERRORS as exc:
@@ -279,6 +284,20 @@ def destination(task: Any, options: Mapping[str, Any], args: Any, kwargs: Any) -
     return base_queue(str(getattr(queue, "name", queue)))
 
 
+def expires_at(task: Any, options: Mapping[str, Any]) -> float | None:
+    """When a call sent with ``options`` expires (Unix seconds; Celery's ``expires``: seconds from
+    now or a datetime, else the task's own), plus ``EXPIRY_GRACE``; None if never."""
+    expires = options.get("expires", getattr(task, "expires", None))
+    if expires is None:
+        return None
+    if isinstance(expires, str):
+        expires = datetime.fromisoformat(expires)
+    if isinstance(expires, datetime):
+        aware = expires if expires.tzinfo else expires.replace(tzinfo=task.app.timezone)
+        return aware.timestamp() + EXPIRY_GRACE
+    return time.time() + float(expires) + EXPIRY_GRACE
+
+
 def lane_route(task: Any, queue: str, lane: int) -> dict[str, Any]:
     """The ``queue``, ``exchange`` and ``routing_key`` of a send to lane ``lane`` of ``queue``: by
     the default (nameless) exchange to the lane by name, as Celery sends to a direct queue, so no
@@ -350,7 +369,7 @@ def _release_cap(sender: Any = None, task: Any = None, **_: Any) -> None:
 @task_revoked.connect(weak=False)
 def _revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
     """A fair call revoked or expired before it ran: count it out of its backlog, or its lane and
-    tenant would look busy for good."""
+    tenant would look busy for good (one discarded as it arrives never reaches ``task_received``)."""
     header = vars(request).get(FAIR_HEADER) if request is not None else None
     if not header or sender is None:
         return

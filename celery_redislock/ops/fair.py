@@ -57,13 +57,16 @@ def fair_queues(app: Celery, queues: Iterable[str] = ()) -> dict[str, int]:
 
 
 def show_fair(app: Celery, queues: Iterable[str] = ()) -> list[QueueInfo]:
-    """Each fair queue's state now (``fair_queues``). Raises ``redis.RedisError`` when Redis is
+    """Each fair queue's state now (``fair_queues``), the calls whose expiry passed counted out
+    first (a broker may have dropped them unseen). Raises ``redis.RedisError`` when Redis is
     unreachable."""
     runtime = runtime_for(app)
     prefix = runtime.settings.key_prefix
     infos = []
     for queue, lanes in fair_queues(app, queues).items():
-        state = FairLanes(runtime.scripts, prefix, queue).state()
+        fair = FairLanes(runtime.scripts, prefix, queue)
+        fair.sweep()
+        state = fair.state()
         tenants = tuple(
             sorted(
                 (_tenant(app, queue, state, tenant) for tenant in state.tenants),
