@@ -8,7 +8,9 @@ backlog (its calls stay in order), a tenant without one gets the least-loaded la
 of weight w (``fair_weights``) spreads over up to w lanes. So a flooding tenant fills its own
 lane, and another tenant's calls wait behind at most the lanes' turns, not the flood. The
 message carries its queue, tenant and a ticket (``FAIR_HEADER``); its receipt by a worker counts
-it out of the backlog, once per ticket, off its path (``modes.fair_receipt``). Redis unreachable at send: the tenant's lane is hashed, nothing lost.
+it out of the backlog, once per ticket, off its path (``modes.fair_receipt``); a call sent with
+``expires`` is also counted out once its expiry passed (a broker may drop it unseen). Redis
+unreachable at send: the tenant's lane is hashed, nothing lost.
 
 ``fair_cap``: the most calls of one tenant running at once across all workers, a counting
 semaphore per tenant taken as the call starts (renewed while it runs). A call over it is
@@ -291,7 +293,10 @@ def expires_at(task: Any, options: Mapping[str, Any]) -> float | None:
     if expires is None:
         return None
     if isinstance(expires, str):
-        expires = datetime.fromisoformat(expires)
+        try:
+            expires = datetime.fromisoformat(expires)
+        except ValueError:  # Celery refuses it as it sends, saying why
+            return None
     if isinstance(expires, datetime):
         aware = expires if expires.tzinfo else expires.replace(tzinfo=task.app.timezone)
         return aware.timestamp() + EXPIRY_GRACE
