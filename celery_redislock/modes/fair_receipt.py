@@ -25,7 +25,8 @@ def _received(sender: Any = None, request: Any = None, **_: Any) -> None:
     takes, so a call that is not fair costs one lookup."""
     header = getattr(request, "request_dict", None) or {}
     fair = header.get(FAIR_HEADER)
-    if not fair or not fair[2]:  # not fair, or counted in no backlog (a hashed lane, a re-queue)
+    # Not fair, or counted in no backlog (a hashed lane, a re-queue), or not ours to read.
+    if not isinstance(fair, (list, tuple)) or len(fair) != 3 or not fair[2]:
         return
     runtime = runtime_for(request.task.app)
     get_countout().add(runtime.scripts, runtime.settings.key_prefix, str(fair[0]), str(fair[2]))
