@@ -11,7 +11,7 @@ from .harness import _paired_ci, _paired_ratio
 from .report import head
 
 #: The variants in the table's order (``benchmarks.fair_share.VARIANTS`` names them).
-ORDER = ("plain", "lock", "fair")
+ORDER = ("plain", "lanes", "lock", "fair")
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -30,6 +30,8 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "a_ahead_median": statistics.median(n for run in runs for n in run["a_ahead"]),
         "a_ahead_max": max(n for run in runs for n in run["a_ahead"]),
         "drain_rates": [run["drain_rate"] for run in runs],
+        # Absent from results written before it was measured.
+        "cpu_us": [run.get("cpu_us_per_call", math.nan) for run in runs],
         # Absent from results written before they were counted.
         "scripts_per_call": statistics.median(run.get("scripts_per_call", math.nan) for run in runs),
         "commands_per_call": statistics.median(run.get("commands_per_call", math.nan) for run in runs),
@@ -39,6 +41,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 #: What a variant is, in the table.
 LABELS = {
     "plain": "plain Celery task",
+    "lanes": "plain Celery task, the worker consuming the lanes too",
     "lock": "`SingletonTask` (the lock alone)",
     "fair": '`SingletonTask`, `fair_key=["tenant"]`',
 }
@@ -55,7 +58,8 @@ def markdown(figures: dict[str, Any], command: str) -> str:
         f"Produced by `{command}`. Tenant A's {config['n']:,} calls queued first, then a prefork "
         f"worker (concurrency {config['concurrency']}, prefetch multiplier {config['prefetch']}) "
         f"started; once it ran A's first calls, tenant B sent {config['b_calls']}. Bodies: "
-        f"{config['body_ms']:g} ms of CPU; broker: {config['broker']}. {config['repeats']} runs of "
+        f"{config['body_ms']:g} ms of CPU; broker: {config['broker']}; fair_lanes {config.get('lanes', 16)}. "
+        f"{config['repeats']} runs of "
         "each task, interleaved.",
         figures,
     )
@@ -66,20 +70,28 @@ def markdown(figures: dict[str, Any], command: str) -> str:
         "in calls (the median and the most of B's calls of every run). Drain rate: starts per "
         "second from B's first publish to the last start (the worker past its start-up), the "
         "median of the runs; vs plain: each run's rate over plain's in the same round, the "
-        "median and a 95 % confidence interval.",
+        "median and a 95 % confidence interval. CPU per call: the worker's processes (main and "
+        "pool, /proc) over the same stretch, pooled over the runs; by CPU: plain's CPU per call "
+        "over the task's (1.00x: as cheap as plain), pooled, and the 95 % interval of the "
+        "paired runs' ratios.",
         "",
-        "| task | B's wait p50 | p99 | A ahead (median, most) | drain rate | vs plain |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| task | B's wait p50 | p99 | A ahead (median, most) | drain rate | vs plain "
+        "| CPU per call | vs plain by CPU |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     measured = [variant for variant in ORDER if variant in figures["runs"]]
     rates = {variant: summary(figures["runs"][variant])["drain_rates"] for variant in measured}
+    # Plain's CPU over the variant's, so that, like the rate's, a ratio under 1 is a cost.
+    cpus = {variant: [1 / us for us in summary(figures["runs"][variant])["cpu_us"]] for variant in measured}
     for variant in measured:
         row = summary(figures["runs"][variant])
         versus = _versus(rates, variant, "plain") if variant != "plain" else "-"
+        by_cpu = _pooled(cpus, variant, "plain") if variant != "plain" else "-"
         lines.append(
             f"| {LABELS.get(variant, variant)} | {_ms(row['b_wait_p50_s'])} | {_ms(row['b_wait_p99_s'])} "
             f"| {row['a_ahead_median']:,.0f} ({row['a_ahead_max']:,}) "
-            f"| {statistics.median(row['drain_rates']):,.0f}/s | {versus} |"
+            f"| {statistics.median(row['drain_rates']):,.0f}/s | {versus} "
+            f"| {statistics.fmean(row['cpu_us']):,.0f} µs | {by_cpu} |"
         )
     counted = {variant: summary(figures["runs"][variant]) for variant in measured}
     if all(row["scripts_per_call"] == row["scripts_per_call"] for row in counted.values()):  # not NaN
@@ -97,7 +109,8 @@ def markdown(figures: dict[str, Any], command: str) -> str:
         lines += [
             "",
             "What fair share adds to the lock: the fair task's drain rate over the lock's alone "
-            f"(a `SingletonTask` without `fair_key`), paired per run: {_versus(rates, 'fair', 'lock')}.",
+            f"(a `SingletonTask` without `fair_key`), paired per run: {_versus(rates, 'fair', 'lock')}; "
+            f"by CPU per call: {_pooled(cpus, 'fair', 'lock')}.",
         ]
     lines.append("")
     return "\n".join(lines)
@@ -110,6 +123,19 @@ def _versus(rates: dict[str, list[float]], variant: str, base: str) -> str:
     low, high = _paired_ci(rates[variant], rates[base])
     spread = "" if low != low else f" ({low:.2f}-{high:.2f})"
     return f"{_paired_ratio(rates[variant], rates[base]):.3f}x{spread}"
+
+
+def _pooled(speeds: dict[str, list[float]], variant: str, base: str) -> str:
+    """``base``'s CPU per call over ``variant``'s, pooled over every run (``speeds``: calls per
+    CPU second, run by run), and the 95 % interval of the paired runs' ratios."""
+    if base not in speeds or any(value != value for value in speeds[variant] + speeds[base]):
+        return "-"
+    pooled = statistics.fmean(1 / value for value in speeds[base]) / statistics.fmean(
+        1 / value for value in speeds[variant]
+    )
+    low, high = _paired_ci(speeds[variant], speeds[base])
+    spread = "" if low != low else f" ({low:.2f}-{high:.2f})"
+    return f"{pooled:.3f}x{spread}"
 
 
 def chart(figures: dict[str, Any], path: Path) -> bool:

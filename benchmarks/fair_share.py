@@ -2,7 +2,8 @@
 Celery task and with ``fair_key``, and what fair share costs the worker's throughput.
 
     python -m benchmarks.fair_share [--n 5000] [--b-calls 10] [--repeats 5] [--concurrency 2]
-                                    [--body-ms 0] [--broker redis|rabbitmq] [--redis-server ...]
+                                    [--body-ms 0] [--lanes 16] [--broker redis|rabbitmq]
+                                    [--redis-server ...]
                                     [--variants plain,fair] [--out DIR]
 
 Servers on free loopback ports: the broker (a redis-server, or with ``--broker rabbitmq`` a
@@ -43,14 +44,18 @@ from celery_redislock.config.options import option_names
 from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
 from tests.harness import RabbitMQServer
 
-from .harness import machine, shuffled
+from .harness import machine, run_seconds, shuffled
 from .servers import add_server_option, server_executable
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "fair_share"
 QUEUE = "fairbench"
 #: The task of each variant, and the options of its declaration (both sides declare it alike).
+#: Each variant's worker declares its own task alone, so only the fair one consumes the lanes.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "plain": ("Task", {}),
+    # Plain Celery's task in a worker that also consumes the queue's lanes (a fair task declared
+    # beside it, never called): what consuming 1 + fair_lanes queues costs by itself.
+    "lanes": ("Task", {}),
     # The lock alone: what fair share adds to a SingletonTask is fair's rate over this one's.
     "lock": ("SingletonTask", {}),
     "fair": ("SingletonTask", {"fair_key": ["tenant"]}),
@@ -90,6 +95,14 @@ def {variant}(run, tenant, seq, sent):
     record(run, tenant, seq, sent)
 """
 
+#: Declared in the ``lanes`` variant's worker only: its lanes are consumed, it is never called.
+LANES_SOURCE = """
+
+@app.task(base=SingletonTask, name="fair_bench.unused_fair", fair_key=["tenant"], fair_lanes={lanes!r})
+def unused_fair(tenant):
+    pass
+"""
+
 
 @dataclass
 class Run:
@@ -101,6 +114,8 @@ class Run:
     b_first_sent: float
     #: the lock Redis's commands meanwhile, by name (INFO commandstats: a script's own inside it)
     commands: dict[str, int] = field(default_factory=dict)
+    #: the worker's CPU µs per call over the drain (its main process and pool, /proc)
+    cpu_us: float = float("nan")
 
     def of(self, tenant: str) -> list[tuple[str, int, float, float]]:
         return [start for start in self.starts if start[0] == tenant]
@@ -141,7 +156,9 @@ class Figures:
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
-def caller(urls: dict[str, str], variants: list[str]) -> tuple[Celery, dict[str, str]]:
+def caller(
+    urls: dict[str, str], variants: list[str], args: argparse.Namespace
+) -> tuple[Celery, dict[str, str]]:
     """The sending side's app with each variant's task declared as the worker declares it (its
     body never runs here), and why a variant cannot run (this version lacks or refuses its
     options: Celery sets an unknown keyword of a task declaration as an attribute, unchecked)."""
@@ -155,7 +172,7 @@ def caller(urls: dict[str, str], variants: list[str]) -> tuple[Celery, dict[str,
     )
     unavailable = {}
     for variant in variants:
-        base, options = VARIANTS[variant]
+        base, options = variant_options(variant, args)
         missing = sorted(set(options) - option_names())
         if base == "SingletonTask" and missing:
             unavailable[variant] = f"this celery_redislock has no option {', '.join(missing)}"
@@ -178,13 +195,28 @@ def _never(run: str, tenant: str, seq: int, sent: float) -> None:
     raise AssertionError("runs in the worker only")
 
 
-def worker_source(urls: dict[str, str], variants: list[str], args: argparse.Namespace) -> str:
+def variant_options(variant: str, args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """The base and options of ``variant``'s task, ``--lanes`` given to a fair one."""
+    base, options = VARIANTS[variant]
+    if "fair_key" in options:
+        options = {**options, "fair_lanes": args.lanes}
+    return base, options
+
+
+def worker_source(urls: dict[str, str], variant: str, args: argparse.Namespace) -> str:
+    """The worker module of ``variant``: its task alone (with ``lanes``, an unused fair one)."""
     source = WORKER_MODULE.format(queue=QUEUE, prefetch=args.prefetch, body_s=args.body_ms / 1000, **urls)
-    for variant in variants:
-        base, options = VARIANTS[variant]
-        written = "".join(f", {key}={value!r}" for key, value in options.items())
-        source += TASK_SOURCE.format(base=base, variant=variant, options=written)
+    base, options = variant_options(variant, args)
+    written = "".join(f", {key}={value!r}" for key, value in options.items())
+    source += TASK_SOURCE.format(base=base, variant=variant, options=written)
+    if variant == "lanes":
+        source += LANES_SOURCE.format(lanes=args.lanes)
     return textwrap.dedent(source)
+
+
+def worker_cpu(worker: WorkerProcess) -> float:
+    """CPU seconds the worker's processes (its main process and its pool's) have used so far."""
+    return sum(run_seconds(pid) for pid in [worker.pid, *worker.child_pids()])
 
 
 class Bench:
@@ -214,11 +246,12 @@ class Bench:
                 self.rabbitmq.start()
                 broker = self.rabbitmq.add_vhost("fairbench")
             urls = {"broker": broker, "backend": f"{base}/1", "locks": self.locks.url, "coord": f"{base}/3"}
-            self.app, self.unavailable = caller(urls, self.args.variants)
+            self.app, self.unavailable = caller(urls, self.args.variants, self.args)
             self.variants = [v for v in self.args.variants if v not in self.unavailable]
-            (self.workdir / "bench_fair_worker.py").write_text(
-                worker_source(urls, self.variants, self.args), encoding="utf-8"
-            )
+            for variant in self.variants:
+                (self.workdir / f"bench_fair_{variant}.py").write_text(
+                    worker_source(urls, variant, self.args), encoding="utf-8"
+                )
             self.coord = self.main.client(db=3)
             yield self
         finally:
@@ -238,7 +271,7 @@ class Bench:
         for seq in range(args.n):
             task.apply_async((run, "A", seq, time.time()))
         worker = WorkerProcess(
-            self.workdir, "bench_fair_worker", ["-P", "prefork", "-c", str(args.concurrency), "-Q", QUEUE]
+            self.workdir, f"bench_fair_{variant}", ["-P", "prefork", "-c", str(args.concurrency), "-Q", QUEUE]
         )
         try:
             worker.wait_ready(timeout=60)
@@ -246,6 +279,7 @@ class Bench:
             warm = min(args.n // 10, 50)
             if not poll(lambda: self.coord.llen(f"starts:{run}") >= warm, 120, 0.01):
                 raise RuntimeError(f"{variant}: the worker did not start A's calls:\n{worker.log()[-3000:]}")
+            cpu_before, started_before = worker_cpu(worker), self.coord.llen(f"starts:{run}")
             b_first_sent = time.time()
             for seq in range(args.b_calls):
                 task.apply_async((run, "B", seq, time.time()))
@@ -255,6 +289,9 @@ class Bench:
                     f"{variant}: {self.coord.llen(f'starts:{run}')} of {total} calls started:\n"
                     f"{worker.log()[-3000:]}"
                 )
+            # The worker's CPU per call over the same stretch as the drain rate, read before its
+            # shutdown: steadier than the rate where other work shares the cores.
+            cpu_us = (worker_cpu(worker) - cpu_before) / (total - started_before) * 1e6
         finally:
             worker.stop()
         after = self.lock_commands()
@@ -272,7 +309,7 @@ class Bench:
         commands = {
             name: after[name] - before.get(name, 0) for name in after if after[name] > before.get(name, 0)
         }
-        return Run(variant, starts, b_first_sent, commands)
+        return Run(variant, starts, b_first_sent, commands, cpu_us)
 
     def lock_commands(self) -> dict[str, int]:
         """Calls so far on the lock Redis, by command (this read's own left out)."""
@@ -308,6 +345,7 @@ def compact(run: Run, chart: bool) -> dict[str, Any]:
         "b_waits": run.b_waits,
         "a_ahead": run.a_ahead,
         "drain_rate": run.drain_rate,
+        "cpu_us_per_call": run.cpu_us,
         "scripts_per_call": scripts / calls,
         "commands_per_call": sum(run.commands.values()) / calls,
     }
@@ -356,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=2, help="the worker's pool processes")
     parser.add_argument("--prefetch", type=int, default=4, help="worker_prefetch_multiplier")
     parser.add_argument("--body-ms", type=float, default=0.0, help="CPU ms each body spins")
+    parser.add_argument("--lanes", type=int, default=16, help="fair_lanes of the fair tasks")
     parser.add_argument("--broker", choices=("redis", "rabbitmq"), default="redis")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated: plain, lock, fair")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a drain may take")

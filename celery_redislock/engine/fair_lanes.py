@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .keys import fair_keys
+from .keys import fair_expiry_key, fair_keys
 from .leases import as_text
 from .script_runner import ScriptRunner, package_script
 
-__all__ = ["FAIR_ASSIGN", "FAIR_START", "FairLanes", "LaneState", "hashed_lane"]
+__all__ = ["FAIR_ASSIGN", "FAIR_START", "SWEEP", "FairLanes", "LaneState", "hashed_lane"]
 
-FAIR_ASSIGN = package_script(__package__, "fair_assign.lua")
-FAIR_START = package_script(__package__, "fair_start.lua")
+# Both scripts count calls out (an expired one at assign) with the functions of fair_count_out.lua.
+_COUNT_OUT = package_script(__package__, "fair_count_out.lua")
+FAIR_ASSIGN = _COUNT_OUT + package_script(__package__, "fair_assign.lua")
+FAIR_START = _COUNT_OUT + package_script(__package__, "fair_start.lua")
+#: Expired calls a script call sweeps besides its own work (O(log N) each).
+SWEEP = 3
 
 
 def hashed_lane(tenant: str, lanes: int) -> int:
@@ -55,17 +59,35 @@ class FairLanes:
         self.runner = runner
         self.queue = queue
         self.keys = fair_keys(prefix, queue)
+        self.expiry_key = fair_expiry_key(prefix, queue)
 
-    def assign(self, tenant: str, task_id: str, lanes: int, weight: int = 1) -> int:
-        """The lane of ``lanes`` the call ``task_id`` of ``tenant`` is queued in, counted in its
-        backlog; a task id queued already keeps its lane and is counted once."""
-        reply = self.runner.run(FAIR_ASSIGN, self.keys, (tenant, task_id, str(int(lanes)), str(int(weight))))
-        return int(reply)
+    def assign(
+        self, tenant: str, ticket: str, lanes: int, weight: int = 1, expires_at: float | None = None
+    ) -> int:
+        """The lane of ``lanes`` the call ``ticket`` of ``tenant`` is queued in, counted in its
+        backlog; a ticket queued already keeps its lane and is counted once. ``expires_at`` (Unix
+        seconds): when the broker may drop it unseen, after which a sweep counts it out."""
+        expiry = "" if expires_at is None else repr(float(expires_at))
+        args = (tenant, ticket, str(int(lanes)), str(int(weight)), expiry, str(SWEEP))
+        return int(self.runner.run(FAIR_ASSIGN, (*self.keys, self.expiry_key), args))
 
-    def started(self, task_id: str) -> bool:
-        """Count the call ``task_id`` out of its backlog as it starts; False when it was not
+    def started(self, ticket: str) -> bool:
+        """Count the call ``ticket`` out of its backlog as it starts; False when it was not
         counted in (started already, sent while Redis was away, or the keys were flushed)."""
-        return bool(self.runner.run(FAIR_START, self.keys, (task_id,)))
+        return self.started_many((ticket,), sweep=0) == 1
+
+    def started_many(self, tickets: Sequence[str], sweep: int = SWEEP) -> int:
+        """Count each of ``tickets`` out of its backlog in one script call, and sweep up to
+        ``sweep`` expired calls; how many of ``tickets`` were counted in (as ``started``)."""
+        if not tickets and sweep <= 0:
+            return 0
+        reply = self.runner.run(FAIR_START, (*self.keys, self.expiry_key), (str(sweep), *tickets))
+        return int(reply[0])
+
+    def sweep(self, limit: int = 10_000) -> int:
+        """Count out up to ``limit`` calls whose expiry has passed (a broker may drop them
+        unseen); how many were still queued."""
+        return int(self.runner.run(FAIR_START, (*self.keys, self.expiry_key), (str(limit),))[1])
 
     def state(self) -> LaneState:
         """The lanes' backlogs now (three reads, not one snapshot: for display)."""
@@ -81,4 +103,4 @@ class FairLanes:
     def reset(self) -> bool:
         """Forget every backlog of the queue (its messages stay queued and run; their starts are
         then not counted): for counts a purged queue left behind. True if there were any."""
-        return bool(self.runner.client.delete(*self.keys))
+        return bool(self.runner.client.delete(*self.keys, self.expiry_key))

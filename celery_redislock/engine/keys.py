@@ -157,3 +157,9 @@ def fair_keys(prefix: str, queue: str) -> tuple[str, str, str]:
     tenant and lane (a hash, by task id). A prefix with a hash tag keeps it."""
     base = f"{prefix}:fair:{queue}"
     return slot_key(base, "load"), slot_key(base, "tenants"), slot_key(base, "calls")
+
+
+def fair_expiry_key(prefix: str, queue: str) -> str:
+    """The queued calls of ``queue`` sent with an expiry (a sorted set, by when it passes), in
+    the slot of :func:`fair_keys`."""
+    return slot_key(f"{prefix}:fair:{queue}", "expiry")

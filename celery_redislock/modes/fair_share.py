@@ -7,8 +7,10 @@ lock Redis picks its lane (``engine.fair_lanes``): a tenant keeps its lane while
 backlog (its calls stay in order), a tenant without one gets the least-loaded lane, and a tenant
 of weight w (``fair_weights``) spreads over up to w lanes. So a flooding tenant fills its own
 lane, and another tenant's calls wait behind at most the lanes' turns, not the flood. The
-message carries its queue, tenant and a ticket (``FAIR_HEADER``); its start counts it out of the
-backlog, once per ticket. Redis unreachable at send: the tenant's lane is hashed, nothing lost.
+message carries its queue, tenant and a ticket (``FAIR_HEADER``); its receipt by a worker counts
+it out of the backlog, once per ticket, off its path (``modes.fair_receipt``); a call sent with
+``expires`` is also counted out once its expiry passed (a broker may drop it unseen). Redis
+unreachable at send: the tenant's lane is hashed, nothing lost.
 
 ``fair_cap``: the most calls of one tenant running at once across all workers, a counting
 semaphore per tenant taken as the call starts (renewed while it runs). A call over it is
@@ -20,9 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 import uuid
 import weakref
 from collections.abc import Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from celery.exceptions import Ignore
@@ -46,6 +50,7 @@ from ..integration.mode import Send
 from ..integration.outcomes import requeue
 from ..integration.queues import LANE_MARK, base_queue, lane_name
 from ..integration.runtime import Runtime, app_layers_ask, run_function, runtime_for
+from .fair_receipt import FAIR_HEADER
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
@@ -54,9 +59,6 @@ __all__ = ["CAP_RECHECK", "CAP_SUFFIX", "FAIR_HEADER", "GATE", "FairShareGate"]
 
 logger = logging.getLogger(__name__)
 
-#: The message header of a fair call: ``[queue, tenant, ticket]`` (the ticket counts it out of
-#: its backlog once, however often the broker gives it out).
-FAIR_HEADER = "redislock_fair"
 #: The request attribute holding the cap's slot a running call holds: ``(key, lease)``.
 CAP_FIELD = "redislock_fair_slot"
 #: Beside a tenant's key (``KeyBuilder.key`` of ``fair_key``): the semaphore of its ``fair_cap``.
@@ -65,6 +67,9 @@ CAP_SUFFIX = "fair_cap"
 CAP_RECHECK = 1.0
 #: The options that apply to a call's tenant (``fair_key`` first).
 TENANTED = ("fair_key", "fair_cap", "fair_weights")
+#: Seconds past a call's expiry before a sweep counts it out: the broker's clock and the lock
+#: Redis's may differ a little, and a call a worker may still receive is counted out there.
+EXPIRY_GRACE = 1.0
 #: Lanes a queue has unless ``fair_lanes`` says otherwise.
 DEFAULT_LANES = 16
 
@@ -190,7 +195,7 @@ class FairShareGate:
         ticket = uuid.uuid4().hex
         lanes = FairLanes(runtime.scripts, runtime.settings.key_prefix, queue)
         try:
-            lane = lanes.assign(tenant, ticket, count_of, weight)
+            lane = lanes.assign(tenant, ticket, count_of, weight, expires_at(task, options))
             count("fair_assigned")
             self._unreachable_told = False
         except REDIS_ERRORS as exc:
@@ -233,26 +238,13 @@ class FairShareGate:
     # --- the start ----------------------------------------------------------------------------
 
     def admit(self, task: AnyTask, execution: Execution) -> None:
-        """Count the call out of its backlog, then take a slot of its tenant's cap, or re-queue
-        it to its lane for later (raises ``Ignore``)."""
+        """Take a slot of the call's tenant's cap, or re-queue it to its lane for later (raises
+        ``Ignore``)."""
         request = task.request
         header = vars(request).get(FAIR_HEADER)
         runtime, options = execution.runtime, execution.options
-        prefix = runtime.settings.key_prefix
-        if header:
-            queue, tenant, ticket = (str(part) for part in header)
-            try:
-                if ticket:  # none: sent to a hashed lane (or re-queued over its cap), not counted
-                    FairLanes(runtime.scripts, prefix, queue).started(ticket)
-            except REDIS_ERRORS as exc:  # its backlog stays counted; the call is not held up
-                count("redis_errors")
-                logger.warning(
-                    "Could not count %s[%s] out of its backlog in %s: %r",
-                    task.name,
-                    execution.task_id,
-                    queue,
-                    exc,
-                )
+        if header:  # counted out of its backlog as the worker received it (modes.fair_receipt)
+            tenant = str(header[1])
         else:  # sent by a sender without fair share (or eager): its tenant from its arguments
             tenant = self._tenant(runtime, task, options, request.args, request.kwargs)
         cap = options.value("fair_cap")
@@ -292,6 +284,23 @@ def destination(task: Any, options: Mapping[str, Any], args: Any, kwargs: Any) -
     if queue is None:
         queue = task.app.amqp.router.route({}, task.name, args or (), kwargs or {}).get("queue")
     return base_queue(str(getattr(queue, "name", queue)))
+
+
+def expires_at(task: Any, options: Mapping[str, Any]) -> float | None:
+    """When a call sent with ``options`` expires (Unix seconds; Celery's ``expires``: seconds from
+    now or a datetime, else the task's own), plus ``EXPIRY_GRACE``; None if never."""
+    expires = options.get("expires", getattr(task, "expires", None))
+    if expires is None:
+        return None
+    if isinstance(expires, str):
+        try:
+            expires = datetime.fromisoformat(expires)
+        except ValueError:  # Celery refuses it as it sends, saying why
+            return None
+    if isinstance(expires, datetime):
+        aware = expires if expires.tzinfo else expires.replace(tzinfo=task.app.timezone)
+        return aware.timestamp() + EXPIRY_GRACE
+    return time.time() + float(expires) + EXPIRY_GRACE
 
 
 def lane_route(task: Any, queue: str, lane: int) -> dict[str, Any]:
@@ -365,7 +374,7 @@ def _release_cap(sender: Any = None, task: Any = None, **_: Any) -> None:
 @task_revoked.connect(weak=False)
 def _revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
     """A fair call revoked or expired before it ran: count it out of its backlog, or its lane and
-    tenant would look busy for good."""
+    tenant would look busy for good (one discarded as it arrives never reaches ``task_received``)."""
     header = vars(request).get(FAIR_HEADER) if request is not None else None
     if not header or sender is None:
         return

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from celery import Celery
 
 from ..engine.fair_lanes import FairLanes, LaneState
+from ..integration.queues import base_queue
 from ..integration.runtime import runtime_for
 from ..integration.task import SingletonTask
 from ..modes.fair_share import GATE
@@ -45,7 +46,10 @@ def fair_queues(app: Celery, queues: Iterable[str] = ()) -> dict[str, int]:
     """The queues whose calls are fair (``queues``, else every queue the app declares and every
     ``redislock_queues`` layer), each with its number of lanes: the most any fair task there says."""
     runtime = runtime_for(app)
-    names = list(queues) or [*app.amqp.queues, *runtime.settings.queues]
+    # A lane is no fair queue of its own: a process that sent fair calls has declared its lanes.
+    names = list(queues) or [
+        name for name in [*app.amqp.queues, *runtime.settings.queues] if base_queue(name) == name
+    ]
     tasks = [task for task in app.tasks.values() if isinstance(task, SingletonTask)]
     found: dict[str, int] = {}
     for queue in dict.fromkeys(names):
@@ -57,13 +61,16 @@ def fair_queues(app: Celery, queues: Iterable[str] = ()) -> dict[str, int]:
 
 
 def show_fair(app: Celery, queues: Iterable[str] = ()) -> list[QueueInfo]:
-    """Each fair queue's state now (``fair_queues``). Raises ``redis.RedisError`` when Redis is
+    """Each fair queue's state now (``fair_queues``), the calls whose expiry passed counted out
+    first (a broker may have dropped them unseen). Raises ``redis.RedisError`` when Redis is
     unreachable."""
     runtime = runtime_for(app)
     prefix = runtime.settings.key_prefix
     infos = []
     for queue, lanes in fair_queues(app, queues).items():
-        state = FairLanes(runtime.scripts, prefix, queue).state()
+        fair = FairLanes(runtime.scripts, prefix, queue)
+        fair.sweep()
+        state = fair.state()
         tenants = tuple(
             sorted(
                 (_tenant(app, queue, state, tenant) for tenant in state.tenants),

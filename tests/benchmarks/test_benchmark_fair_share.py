@@ -32,11 +32,12 @@ def test_the_fair_share_benchmark_writes_its_table_and_chart(
     argv = ["--n", "30", "--b-calls", "3", "--repeats", "1", "--broker", broker, "--out", str(tmp_path)]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert f"Bodies: 0 ms of CPU; broker: {broker}. 1 runs of each task" in out
+    assert f"Bodies: 0 ms of CPU; broker: {broker}; fair_lanes 16. 1 runs of each task" in out
     assert "| plain Celery task |" in out and '| `SingletonTask`, `fair_key=["tenant"]` |' in out
     figures = json.loads((tmp_path / "fair_share.json").read_text())
-    assert set(figures["runs"]) == {"plain", "lock", "fair"}
+    assert set(figures["runs"]) == {"plain", "lanes", "lock", "fair"}
     for [run] in figures["runs"].values():
+        assert run["cpu_us_per_call"] > 0
         assert len(run["b_waits"]) == 3 and all(0 <= ahead <= 30 for ahead in run["a_ahead"])
         assert [len(run["timeline"][tenant]) for tenant in "AB"] == [30, 3]
     # The chart is drawn where matplotlib is (the bench extra), skipped quietly where it is not.
@@ -46,4 +47,4 @@ def test_the_fair_share_benchmark_writes_its_table_and_chart(
 def test_an_unknown_variant_is_refused_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--variants", "plain,fastest"])
-    assert "--variants: fastest given; choose from plain, lock, fair" in capsys.readouterr().err
+    assert "--variants: fastest given; choose from plain, lanes, lock, fair" in capsys.readouterr().err

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import redis
 
-from celery_redislock.engine.fair_lanes import FairLanes, hashed_lane
+from celery_redislock.engine.fair_lanes import SWEEP, FairLanes, LaneState, hashed_lane
 from celery_redislock.engine.keys import fair_keys
 from celery_redislock.engine.script_runner import ScriptRunner
 
@@ -87,3 +87,51 @@ def test_the_keys_of_a_queue_share_a_slot_and_keep_a_prefix_tag() -> None:
 def test_the_hashed_lane_is_stable_and_in_range() -> None:
     assert hashed_lane("acme", 16) == hashed_lane("acme", 16)
     assert {hashed_lane(f"t{n}", 5) for n in range(200)} == set(range(5))
+
+
+def test_many_tickets_are_counted_out_in_one_call_each_once(redislock_redis: redis.Redis) -> None:
+    lanes = lanes_of(redislock_redis)
+    for n in range(6):
+        lanes.assign("a" if n % 2 else "b", f"t{n}", 4)
+    # Two of them counted out already, one never counted in, one given twice: counted out once.
+    assert lanes.started("t0") and lanes.started("t1")
+    assert lanes.started_many(["t0", "t1", "t2", "t3", "t3", "never-assigned", "t4", "t5"]) == 4
+    assert lanes.state() == LaneState({}, {}, 0)
+    assert lanes.started_many([]) == 0
+
+
+def expire(client: redis.Redis, lanes: FairLanes, tickets: list[str]) -> None:
+    """Let the expiry of ``tickets`` pass: scored ten seconds ago by the server's clock."""
+    past = float(client.time()[0]) - 10
+    client.zadd(lanes.expiry_key, dict.fromkeys(tickets, past), xx=True)
+
+
+def test_calls_whose_expiry_passed_are_swept_out_of_their_backlog(redislock_redis: redis.Redis) -> None:
+    lanes = lanes_of(redislock_redis)
+    later = float(redislock_redis.time()[0]) + 3600
+    gone = [f"old{n}" for n in range(5)]
+    for ticket in [*gone, "new"]:
+        lanes.assign("gone" if ticket in gone else "live", ticket, 4, expires_at=later)
+    lanes.assign("live", "plain", 4)
+    expire(redislock_redis, lanes, gone)  # a broker may drop these unseen: nobody counts them out
+    assert lanes.state().queued == 7
+    # Each script call sweeps a few (SWEEP), at assign and at count-out alike.
+    lanes.assign("live", "more", 4)
+    assert lanes.state().backlog("gone") == 5 - SWEEP
+    assert lanes.started_many(["plain"]) == 1
+    assert lanes.state().backlog("gone") == 0 and "gone" not in lanes.state().tenants
+    assert lanes.sweep() == 0  # nothing left expired
+    assert lanes.started("new")  # counted out as it ran: its expiry forgotten too
+    assert redislock_redis.zcard(lanes.expiry_key) == 0
+    assert lanes.started("more") and lanes.state() == LaneState({}, {}, 0)
+
+
+def test_fair_show_sweeps_every_expired_call(redislock_redis: redis.Redis) -> None:
+    lanes = lanes_of(redislock_redis)
+    later = float(redislock_redis.time()[0]) + 3600
+    tickets = [f"old{n}" for n in range(50)]
+    for ticket in tickets:
+        lanes.assign("gone", ticket, 4, expires_at=later)
+    expire(redislock_redis, lanes, tickets)
+    assert lanes.sweep() == 50
+    assert lanes.state() == LaneState({}, {}, 0) and not redislock_redis.keys("*fair*")

@@ -22,6 +22,7 @@ from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
 from celery_redislock.engine.keys import fair_keys
 from celery_redislock.integration.liveness import process_alive
 from celery_redislock.integration.runtime import runtime_for
+from celery_redislock.ops.fair import reset_fair
 
 from .conftest import restore_visible
 from .mode_harness import Deployment, ModeTask, node
@@ -51,6 +52,25 @@ def acknowledge_and_tell(message, multiple=False):
 
 
 Message.ack = acknowledge_and_tell
+"""
+
+# Each fair ticket the worker receives, recorded after fair share buffered it.
+RECEIPTS = """
+from celery.signals import task_received
+
+
+@task_received.connect(weak=False)
+def record_ticket(request=None, **_):
+    fair = (request.request_dict or {}).get("redislock_fair")
+    if fair and fair[2]:
+        coord.rpush("tickets", fair[2])
+"""
+
+# The worker's count-out held back: every ticket it receives stays buffered until its shutdown.
+HELD = """
+from celery_redislock.engine import fair_countout
+
+fair_countout.FLUSH_DELAY = 3600.0
 """
 
 FLOOD, FEW = 120, 20
@@ -106,21 +126,27 @@ def backlogs(app: Celery, client: redis.Redis, queue: str = "celery") -> list[di
     return [client.hgetall(key) for key in fair_keys(runtime_for(app).settings.key_prefix, queue)]
 
 
+@pytest.mark.parametrize("count_out", ["flushed", "held"])
 def test_a_worker_killed_mid_drain_loses_nothing_and_completes_nothing_twice(
-    deployment: Deployment, coord: redis.Redis, locks: redis.Redis
+    count_out: str, deployment: Deployment, coord: redis.Redis, locks: redis.Redis
 ) -> None:
+    """``flushed``: killed once the worker counted out every call it received. ``held``: killed
+    with every ticket it received still buffered (its count-out held back): a call given out
+    again is counted out by its next receipt, one it acknowledged stays counted until reset."""
     task = fair()
     app = deployment.app(**TRANSPORT)
     sender = task.sender(app)
     results = [sender.delay(*call) for call in calls()]
+    module = ACKS + RECEIPTS + (HELD if count_out == "held" else "")
     doomed = deployment.start(
-        task, "-c", "2", "--prefetch-multiplier", "2", "-n", node("fair-doomed"), module=ACKS
+        task, "-c", "2", "--prefetch-multiplier", "2", "-n", node("fair-doomed"), module=module
     )
     assert poll(lambda: coord.llen("ran") >= 30, 60), doomed.log()[-3000:]
     coord.set("hold", 1)
     # Both processes held at a body's start, every call completed there acknowledged, and on a
     # Redis broker its prefetch full (so no message is between the broker and its books).
     assert poll(lambda: coord.llen("held") >= 2, 30), doomed.log()[-3000:]
+    calls_key = fair_keys(runtime_for(app).settings.key_prefix, "celery")[2]
 
     def settled() -> bool:
         done = {entry.decode().split()[2] for entry in coord.lrange("ran", 0, -1)}
@@ -129,7 +155,9 @@ def test_a_worker_killed_mid_drain_loses_nothing_and_completes_nothing_twice(
             not deployment.urls["broker"].startswith("redis")
             or app.connection_for_write().default_channel.client.hlen("unacked") >= 4
         )
-        return done <= acked and full
+        received = coord.lrange("tickets", 0, -1)
+        counted_out = count_out == "held" or not any(locks.hmget(calls_key, received) if received else ())
+        return done <= acked and full and counted_out
 
     assert poll(settled, 30), doomed.log()[-3000:]
     pool = doomed.child_pids()
@@ -138,6 +166,7 @@ def test_a_worker_killed_mid_drain_loses_nothing_and_completes_nothing_twice(
     doomed.process.wait(10)
     assert poll(lambda: not any(process_alive(pid) for pid in pool), 10)
     held = [entry.decode() for entry in coord.lrange("held", 0, -1)]
+    acknowledged = coord.llen("ran")  # completed there, so acknowledged: never given out again
     coord.delete("hold")
     redeliver(app, deployment.urls)
     kept = deployment.start(task, "-c", "2", "-n", node("fair-kept"))
@@ -145,7 +174,30 @@ def test_a_worker_killed_mid_drain_loses_nothing_and_completes_nothing_twice(
     assert ran(coord) == Counter(calls())  # every call completed, once
     completed = [entry.decode().split()[2] for entry in coord.lrange("ran", 0, -1)]
     assert set(held) <= set(completed)  # the calls killed at their start ran on the second worker
-    # Each call counted out of its backlog once, the redelivered ones too: nothing left counted.
+    if count_out == "flushed":
+        # Each call counted out of its backlog once, the redelivered ones too: nothing left.
+        assert poll(lambda: backlogs(app, locks) == [{}, {}, {}], 15), backlogs(app, locks)
+        return
+    # The kill lost the doomed worker's buffer: what was given out again was counted out as the
+    # second worker received it; what it had completed (acknowledged) stays counted, no more.
+    assert poll(lambda: locks.hlen(calls_key) == acknowledged, 15), (locks.hlen(calls_key), acknowledged)
+    assert reset_fair(app, "celery")
+    assert backlogs(app, locks) == [{}, {}, {}]
+
+
+def test_a_worker_shut_down_counts_out_what_it_received(
+    deployment: Deployment, coord: redis.Redis, locks: redis.Redis
+) -> None:
+    # Seen red with the worker_shutdown receiver left out: all 30 stayed counted.
+    task = fair()
+    app = deployment.app()
+    sender = task.sender(app)
+    results = [sender.delay("A", n) for n in range(30)]
+    proc = deployment.start(task, "-c", "2", "-n", node("fair-warm"), module=HELD)
+    assert drained(results, proc) == list(range(30))
+    assert locks.hlen(fair_keys(runtime_for(app).settings.key_prefix, "celery")[2]) == 30  # all buffered
+    proc.stop()  # a warm shutdown
+    assert proc.process.returncode == 0, proc.log()[-3000:]
     assert backlogs(app, locks) == [{}, {}, {}]
 
 

@@ -1,13 +1,14 @@
 -- Assign a queued call of a tenant to a lane: the tenant keeps its lanes while it has a backlog,
--- and spreads onto the least-loaded other lane while it has fewer than its weight.
--- KEYS[1]  each lane's backlog (hash: lane -> calls queued)
--- KEYS[2]  each tenant's backlog (hash: tenant -> JSON object lane -> calls queued)
--- KEYS[3]  each queued call (hash: task id -> tenant TAB lane)
+-- and spreads onto the least-loaded other lane while it has fewer than its weight. First sweeps a
+-- few calls whose expiry passed (sweep, above), so their lanes do not look busy for good.
 -- ARGV[1]  the tenant
--- ARGV[2]  the call's task id
+-- ARGV[2]  the call's ticket
 -- ARGV[3]  the number of lanes
 -- ARGV[4]  the tenant's weight: the most lanes it may use at once
--- Returns  the lane (0 .. lanes - 1); a task id queued already keeps its lane, counted once.
+-- ARGV[5]  when the call expires (Unix seconds), or '' for never
+-- ARGV[6]  the most expired calls to sweep
+-- Returns  the lane (0 .. lanes - 1); a ticket queued already keeps its lane, counted once.
+sweep(tonumber(ARGV[6]))
 local known = redis.call('HGET', KEYS[3], ARGV[2])
 if known then
   return tonumber(string.match(known, '\t(%d+)$'))
@@ -53,4 +54,7 @@ mine[lane] = (mine[lane] or 0) + 1
 redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(mine))
 redis.call('HINCRBY', KEYS[1], lane, 1)
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[1] .. '\t' .. lane)
+if ARGV[5] ~= '' then
+  redis.call('ZADD', KEYS[4], ARGV[5], ARGV[2])
+end
 return best

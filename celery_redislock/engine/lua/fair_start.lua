@@ -1,32 +1,14 @@
--- A queued call starts: count it out of its tenant's and its lane's backlog, once.
--- KEYS[1]  each lane's backlog (as fair_assign.lua)
--- KEYS[2]  each tenant's backlog (as fair_assign.lua)
--- KEYS[3]  each queued call (as fair_assign.lua)
--- ARGV[1]  the call's task id
--- Returns  1 counted out, 0 not queued here (started already, sent while Redis was away, or
---          the keys were flushed): nothing changes.
-local known = redis.call('HGET', KEYS[3], ARGV[1])
-if not known then
-  return 0
-end
-redis.call('HDEL', KEYS[3], ARGV[1])
-local tenant, lane = string.match(known, '^(.*)\t(%d+)$')
-local raw = redis.call('HGET', KEYS[2], tenant)
-if raw then
-  local mine = cjson.decode(raw)
-  local left = (mine[lane] or 0) - 1
-  if left > 0 then
-    mine[lane] = left
-  else
-    mine[lane] = nil
-  end
-  if next(mine) == nil then
-    redis.call('HDEL', KEYS[2], tenant)
-  else
-    redis.call('HSET', KEYS[2], tenant, cjson.encode(mine))
+-- Queued calls reach a worker: count each out of its backlog, once (count_out, above), and sweep
+-- a few calls whose expiry passed.
+-- ARGV[1]  the most expired calls to sweep
+-- ARGV[2..] the calls' tickets, one or many
+-- Returns  {how many tickets were counted out, how many expired calls were swept}; a ticket not
+--          queued here (counted out already, sent while Redis was away, or the keys were
+--          flushed) changes nothing.
+local counted = 0
+for i = 2, #ARGV do
+  if count_out(ARGV[i]) then
+    counted = counted + 1
   end
 end
-if redis.call('HINCRBY', KEYS[1], lane, -1) <= 0 then
-  redis.call('HDEL', KEYS[1], lane)
-end
-return 1
+return {counted, sweep(tonumber(ARGV[1]))}
