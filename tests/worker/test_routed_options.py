@@ -79,9 +79,9 @@ def test_a_per_queue_fair_key_given_only_through_task_routes_makes_the_call_fair
     assert sorted(result.get(timeout=30) for result in results) == sorted(n for _, n in calls)
     order = [entry.decode() for entry in coord.lrange("starts", 0, -1)]
     b_positions = [i for i, tenant in enumerate(order) if tenant == "B"]
-    # Two busy lanes served in turn (as in test_fair_share): B's start among the first few
-    # dozen, not after A's whole backlog.
-    assert len(b_positions) == FEW and b_positions[-1] < 4 * FEW, b_positions
+    # Two busy lanes served in turn (strictly on a Redis broker, at random on RabbitMQ): all of
+    # B's start before A's backlog drains, where FIFO starts them after all of it.
+    assert len(b_positions) == FEW and b_positions[-1] < FLOOD, b_positions
 
 
 def test_a_per_queue_lock_on_enqueue_given_only_through_task_routes_refuses_at_send(
