@@ -57,11 +57,18 @@ def consumed_queue(
 
 def destination(task: Any, options: Mapping[str, Any], args: Any, kwargs: Any) -> str:
     """The queue a send goes to, as Celery picks it: the send's ``queue``, else the task's, else
-    its route (``task_routes``, the default queue). A lane's retry names its lane by routing key.
-    A lane is named by its queue (``base_queue``), as the worker names the queue it consumed."""
+    its route (``task_routes``, the default queue). A retry is sent back by the exchange and
+    routing key it came from, which Celery's route does not override: the queue bound so, as the
+    worker matches it (``consumed_queue``); a lane's retry names its lane by routing key. A lane
+    is named by its queue (``base_queue``), as the worker names the queue it consumed."""
     routing_key = options.get("routing_key")
-    if options.get("queue") is None and isinstance(routing_key, str) and LANE_MARK in routing_key:
-        return base_queue(routing_key)
+    if options.get("queue") is None and isinstance(routing_key, str):
+        if LANE_MARK in routing_key:
+            return base_queue(routing_key)
+        if options.get("exchange") is not None:
+            bound = consumed_queue(options, task.app.amqp.queues.values(), {})
+            if bound is not None:
+                return bound
     queue = options.get("queue") or getattr(task, "queue", None)
     if queue is None:
         queue = task.app.amqp.router.route({}, task.name, args or (), kwargs or {}).get("queue")

@@ -227,6 +227,12 @@ def test_a_routed_send_gets_the_queue_layer_its_worker_resolves(app: Celery) -> 
     assert send_plan(routed, {"queue": "bulk"}, ("x",), {})[1].options.lock_on == "enqueue"
     retry = {"exchange": "reports.fair.3", "routing_key": "reports.fair.3"}
     assert send_plan(own, retry, ("x",), {})[1].options.value("fair_key") == ("a",)
+    # A retry of a call consumed from a declared queue goes back by its exchange and routing key,
+    # whatever the task's route: that queue's layer, as its worker resolves it.
+    app.amqp.queues.select_add("bulk")
+    back = {"exchange": app.amqp.queues["bulk"].exchange.name, "routing_key": "bulk"}
+    assert send_plan(routed, back, ("x",), {})[1].options.lock_on == "enqueue"
+    assert destination(routed, {"exchange": "unbound", "routing_key": "nowhere"}, (), {}) == "reports"
     worker_side = runtime_for(app).plan(routed, "reports")
     assert send_plan(routed, {}, ("x",), {})[1] is worker_side
 
