@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,7 +29,12 @@ def main(argv: list[str] | None = None) -> int:
         "--quick", action="store_true", help="tiny sizes: checks the harness, measures nothing"
     )
     add_server_option(parser)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where results.md/.png/.json go")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where results.md/.png/.json go: default benchmarks/results/, with --quick a temporary folder",
+    )
     args = parser.parse_args(argv)
     config = Config(
         n=args.n,
@@ -36,8 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         renewal_sizes=tuple(int(s) for s in args.renewal_sizes.split(",")),
         redis_server=args.redis_server,
     )
+    out = args.out or DEFAULT_OUT
     if args.quick:
         config = dataclasses.replace(quick_config(), redis_server=args.redis_server)
+        # Figures that mean nothing must not overwrite the published ones unless asked to.
+        out = args.out or Path(tempfile.mkdtemp(prefix="redislock-bench-quick-"))
     command = "python -m benchmarks" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
     started = time.monotonic()
 
@@ -45,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.monotonic() - started:6.1f}s] {text}", file=sys.stderr, flush=True)
 
     results = run(config, progress)
-    table = write(results.as_dict(), args.out, command)
+    table = write(results.as_dict(), out, command)
     print(table.read_text(encoding="utf-8"))
     progress(f"wrote {table} and its chart")
     return 0

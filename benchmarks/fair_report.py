@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .harness import _paired_ci, _paired_ratio
+from .report import head
 
 #: The variants in the table's order (``benchmarks.fair_share.VARIANTS`` names them).
 ORDER = ("plain", "lock", "fair")
@@ -49,20 +50,15 @@ def _ms(seconds: float) -> str:
 
 def markdown(figures: dict[str, Any], command: str) -> str:
     config = figures["config"]
-    lines = [
-        "# Fair share: tenant B behind tenant A's backlog",
-        "",
+    lines = head(
+        "Fair share: tenant B behind tenant A's backlog",
         f"Produced by `{command}`. Tenant A's {config['n']:,} calls queued first, then a prefork "
         f"worker (concurrency {config['concurrency']}, prefetch multiplier {config['prefetch']}) "
         f"started; once it ran A's first calls, tenant B sent {config['b_calls']}. Bodies: "
         f"{config['body_ms']:g} ms of CPU; broker: {config['broker']}. {config['repeats']} runs of "
         "each task, interleaved.",
-        "",
-        "Machine: " + "; ".join(f"{k} {v}" for k, v in figures["machine"].items()),
-        "",
-    ]
-    for variant, why in figures["unavailable"].items():
-        lines.append(f"- **{variant}** was not measured: {why}")
+        figures,
+    )
     lines += [
         "",
         "B's wait: publish to start (the sender's and the worker's clocks, one host), over every "

@@ -166,6 +166,9 @@ class Drained:
     cpu: dict[str, float]
     #: the lock Redis's server time per task
     server_us: float
+    #: CPU µs per task by process while the batch was queued (a lock taken at send is taken
+    #: then), and of all of them
+    sent_cpu: dict[str, float] = field(default_factory=dict)
 
 
 class Bench:
@@ -403,7 +406,11 @@ class Bench:
                 drained = self.drain(self.task(variant, "noop"), calls)
                 if repeat:
                     rates[variant].append(config.n / drained.seconds)
-                    cpu[variant].append(drained.cpu)
+                    # The whole call too, queued and run: the peers lock as it is queued.
+                    sending = drained.sent_cpu["all"]
+                    cpu[variant].append(
+                        {**drained.cpu, "sending": sending, "whole": drained.cpu["all"] + sending}
+                    )
                     server_us[variant].append(drained.server_us)
         out = {}
         for variant in self.variants:
@@ -415,7 +422,9 @@ class Bench:
         nothing, then time the worker draining them, the sender idle. Checks, untimed, that
         every call ran and returned its first argument (a ``noop``)."""
         self._consume(False)
+        sent_before = self._cpu()
         results = [task.apply_async(args, **options) for args in calls]
+        sent_after = self._cpu()
         gc.collect()
         self._server_usec()
         cpu_before = self._cpu()
@@ -429,7 +438,8 @@ class Bench:
         if values != [c[0] for c in calls]:
             raise RuntimeError(f"{task.name}: a queued task did not run")
         n = len(calls)
-        return Drained(seconds, _cpu_row(cpu_before, cpu_after, n), server / n)
+        sent = _cpu_row(sent_before, sent_after, n)
+        return Drained(seconds, _cpu_row(cpu_before, cpu_after, n), server / n, sent)
 
     def _consume(self, on: bool) -> None:
         """Make the worker consume the bench queue, or stop (it replies once it has)."""

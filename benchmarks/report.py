@@ -26,6 +26,11 @@ def _fmt(value: float, digits: int = 2) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _maybe(value: float | None) -> str:
+    """A figure a run before it was measured lacks: "-"."""
+    return "-" if value is None else _fmt(value, 0)
+
+
 def _breakdown(counts: dict[str, float]) -> str:
     return ", ".join(f"{name} {_fmt(n, 2).rstrip('0').rstrip('.')}" for name, n in counts.items()) or "-"
 
@@ -61,20 +66,31 @@ def head_to_head(rows: dict[str, Any]) -> str:
     )
 
 
-def markdown(results: dict[str, Any], command: str) -> str:
-    """The whole report: machine, the four tables, and what was not measured."""
-    config, floor = results["config"], results["floor"]
+def head(title: str, produced: str, results: dict[str, Any]) -> list[str]:
+    """A report's first lines: its title, how it was produced, the machine (``results``'s
+    ``machine``) and each variant that was not measured, with why (its ``unavailable``)."""
     lines = [
-        "# Benchmark results",
+        f"# {title}",
         "",
-        f"Produced by `{command}`. Medians of {config['repeats']} repeats after a warm-up, "
-        f"variants interleaved per repeat; worker: prefork, concurrency {config['concurrency']}.",
+        produced,
         "",
         "Machine: " + "; ".join(f"{k} {v}" for k, v in results["machine"].items()),
         "",
     ]
     for variant, why in results["unavailable"].items():
         lines.append(f"- **{variant}** was not measured: {why}")
+    return lines
+
+
+def markdown(results: dict[str, Any], command: str) -> str:
+    """The whole report: machine, the four tables, and what was not measured."""
+    config, floor = results["config"], results["floor"]
+    lines = head(
+        "Benchmark results",
+        f"Produced by `{command}`. Medians of {config['repeats']} repeats after a warm-up, "
+        f"variants interleaved per repeat; worker: prefork, concurrency {config['concurrency']}.",
+        results,
+    )
     lines += [
         "",
         f"## Uncontended: {config['n']} trivial tasks with distinct arguments",
@@ -84,9 +100,12 @@ def markdown(results: dict[str, Any], command: str) -> str:
         "Lua script runs).",
         "",
         "CPU: microseconds of CPU time per task used by the worker's pool processes (where a "
-        "task runs and takes its lock), the worker's parent (which receives the messages), the "
-        "lock's Redis, and all processes (worker, both Redis servers, the sending process), the "
-        "mean over every repeat; it is less disturbed by other load on the machine than tasks/s. Server: the lock Redis's own "
+        "task runs and takes its lock), the sending process (`apply_async`, where the peers "
+        "take theirs, and the wait for the results), the worker's parent (which receives the "
+        "messages), the lock's Redis, and all processes: the whole call, sent and run, counted "
+        "the same way for a lock taken at send and one taken at run (worker, both Redis servers, "
+        "the sender); the mean over every repeat, less disturbed by other load on the machine "
+        "than tasks/s. Server: the lock Redis's own "
         "time in the commands clients sent (SLOWLOG durations, a script's including its inner "
         "commands), per task.",
         "",
@@ -96,10 +115,10 @@ def markdown(results: dict[str, Any], command: str) -> str:
         "task divided by the variant's (the throughput ratio a machine with no spare CPU would "
         "see).",
         "",
-        "| variant | tasks/s | vs plain | vs plain, by CPU | CPU µs/task: pool children | worker parent "
-        "| lock Redis | all | lock Redis server µs/task | round trips/task | commands/task "
-        "| round trips | in scripts |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| variant | tasks/s | vs plain | vs plain, by CPU | CPU µs/task: pool children | sender "
+        "| worker parent | lock Redis | all (the whole call) | lock Redis server µs/task "
+        "| round trips/task | commands/task | round trips | in scripts |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for variant, row in results["uncontended"].items():
         trips = results["trips"].get(variant, {})
@@ -107,7 +126,7 @@ def markdown(results: dict[str, Any], command: str) -> str:
         lines.append(
             f"| {LABELS.get(variant, variant)} | {_fmt(row['tasks_per_s'], 0)} | {_ratio(row)} "
             f"| {_fmt(row['cpu_ratio'])}x "
-            f"| {_fmt(cpu['worker_children'], 0)} | {_fmt(cpu['worker_parent'], 0)} "
+            f"| {_fmt(cpu['worker_children'], 0)} | {_fmt(cpu['driver'], 0)} | {_fmt(cpu['worker_parent'], 0)} "
             f"| {_fmt(cpu['lock_redis'], 0)} | {_fmt(cpu['all'], 0)} | {_fmt(row['server_us_per_task'], 1)} "
             f"| {_fmt(trips.get('round_trips_per_task', float('nan')))} "
             f"| {_fmt(row['commands_per_task'])} | {_breakdown(trips.get('round_trips', {}))} "
@@ -127,11 +146,13 @@ def markdown(results: dict[str, Any], command: str) -> str:
             "then, untimed), then timed from the moment it consumes again until every result "
             "is stored, with the sender idle. Above, the sender shares the 2 cores with the "
             "worker, and a sender slowed by a lock in `apply_async` leaves the worker more of "
-            "them; here only the worker and the two servers run.",
+            "them; here only the worker and the two servers run. All: every process while the "
+            "worker drains (what the by-CPU ratio divides); sending: every process while the "
+            "calls were queued, a lock taken at send included; the whole call: both.",
             "",
             "| variant | tasks/s | vs plain | vs plain, by CPU | CPU µs/task: pool children "
-            "| worker parent | lock Redis | all | lock Redis server µs/task |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| worker parent | lock Redis | all | sending | the whole call | lock Redis server µs/task |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for variant, row in backlog.items():
             cpu = row["cpu_us_per_task"]
@@ -139,6 +160,7 @@ def markdown(results: dict[str, Any], command: str) -> str:
                 f"| {LABELS.get(variant, variant)} | {_fmt(row['tasks_per_s'], 0)} | {_ratio(row)} "
                 f"| {_fmt(row['cpu_ratio'])}x | {_fmt(cpu['worker_children'], 0)} "
                 f"| {_fmt(cpu['worker_parent'], 0)} | {_fmt(cpu['lock_redis'], 0)} | {_fmt(cpu['all'], 0)} "
+                f"| {_maybe(cpu.get('sending'))} | {_maybe(cpu.get('whole'))} "
                 f"| {_fmt(row['server_us_per_task'], 1)} |"
             )
         versus = head_to_head(backlog)

@@ -5,7 +5,9 @@ glue count without knowing where counts go (a worker's shared counters, ``ops.st
 from __future__ import annotations
 
 import logging
+import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -15,6 +17,8 @@ __all__ = [
     "MAX_COUNTERS",
     "POSITIONS",
     "Counter",
+    "Tally",
+    "TaskTallies",
     "add_count_listener",
     "add_counters",
     "count",
@@ -23,6 +27,7 @@ __all__ = [
     "not_registered",
     "registered_counters",
     "remove_count_listener",
+    "tally",
 ]
 
 logger = logging.getLogger(__name__)
@@ -30,6 +35,10 @@ logger = logging.getLogger(__name__)
 #: Told of each count: ``(name, by, task)``, the task's name when the count is one task's
 #: (None: a count of no task's, a lock taken outside Celery).
 CountListener = Callable[[str, int, Optional[str]], None]
+#: What adds ``by`` to one counter of one task (or of none), where a listener counts it.
+Adder = Callable[[int], None]
+#: A listener's own ``(name, task) -> Adder``: where it counts that, found once.
+Binder = Callable[[str, Optional[str]], Adder]
 
 #: The core's counters (the lock itself, whatever the mode): name -> what it counts.
 CORE_COUNTERS: Mapping[str, str] = {
@@ -69,6 +78,10 @@ class Counter:
 
 
 _listeners: list[CountListener] = []
+_binders: dict[CountListener, Binder] = {}
+#: Moves whenever what a ``Tally`` found may be stale: a listener added or removed, a fork (a
+#: child counts in places of its own).
+_generation = 0
 _counters: dict[str, Counter] = {}
 _positions: dict[str, int] = {}
 #: Each registered counter's place in registration order, kept as counters register: what a
@@ -118,15 +131,31 @@ def registered_counters() -> tuple[Counter, ...]:
     return tuple(_counters.values())
 
 
-def add_count_listener(listener: CountListener) -> None:
-    """Call ``listener(name, by, task)`` for every count from now on (once, however often added)."""
+def add_count_listener(listener: CountListener, bind: Binder | None = None) -> None:
+    """Call ``listener(name, by, task)`` for every count from now on (once, however often added).
+    ``bind``: the listener's own ``(name, task) -> adder``, which a ``Tally`` calls instead."""
+    global _generation
     if listener not in _listeners:
         _listeners.append(listener)
+    if bind is not None:
+        _binders[listener] = bind
+    _generation += 1
 
 
 def remove_count_listener(listener: CountListener) -> None:
+    global _generation
     if listener in _listeners:
         _listeners.remove(listener)
+    _binders.pop(listener, None)
+    _generation += 1
+
+
+def _forked() -> None:
+    global _generation
+    _generation += 1
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def count(name: str, by: int = 1, task: str | None = None) -> None:
@@ -140,19 +169,21 @@ def count(name: str, by: int = 1, task: str | None = None) -> None:
     for listener in _listeners:
         try:
             listener(name, by, task)
-        except Exception as exc:
-            _warn_once(
-                (listener, type(exc)),
-                "Not counted %r: the count listener %r failed",
-                name,
-                listener,
-                exc_info=True,
-            )
+        except Exception:
+            _listener_failed(listener, name)
 
 
 def not_registered(name: str) -> None:
     """A count of ``name``, which no one registered, is dropped: say so, once a process."""
     _warn_once(name, "Not counted: %r is not a registered counter (known: %s)", name, ", ".join(_counters))
+
+
+def _listener_failed(listener: CountListener, name: str) -> None:
+    """In an ``except`` block: the count of ``name`` by ``listener`` raised (logged once)."""
+    exc_type = sys.exc_info()[0]
+    _warn_once(
+        (listener, exc_type), "Not counted %r: the count listener %r failed", name, listener, exc_info=True
+    )
 
 
 def _warn_once(what: object, message: str, *args: object, exc_info: bool = False) -> None:
@@ -162,3 +193,95 @@ def _warn_once(what: object, message: str, *args: object, exc_info: bool = False
         return
     _warned.add(what)
     logger.warning(message, *args, exc_info=exc_info)
+
+
+class Tally:
+    """Counter ``name`` of ``task`` (None: of no task's), counted by calling it: where each
+    listener counts it is found on the first count, and again after a fork or a listener's
+    change, so a count on a task's path looks nothing up by name. Never raises, as ``count``."""
+
+    __slots__ = ("_add", "_generation", "_heard", "name", "task")
+
+    def __init__(self, name: str, task: str | None = None) -> None:
+        self.name = name
+        self.task = task
+        self._add: Adder = _nothing
+        self._heard: tuple[CountListener, ...] = ()
+        self._generation = -1
+
+    def __call__(self, by: int = 1) -> None:
+        if self._generation != _generation:
+            self._bind()
+        try:
+            self._add(by)
+        except Exception:
+            # One listener's adder (several are wrapped by _each, which names each).
+            for listener in self._heard[:1]:
+                _listener_failed(listener, self.name)
+
+    def _bind(self) -> None:
+        name, task = self.name, self.task
+        generation, heard = _generation, tuple(_listeners)
+        if name not in _positions:  # not registered (yet): dropped, and looked up again next time
+            self._add, self._heard = _nothing, ()
+            not_registered(name)
+            return
+        adds = []
+        for listener in heard:
+            bind = _binders.get(listener)
+            try:
+                adds.append(bind(name, task) if bind is not None else _adder(listener, name, task))
+            except Exception:
+                _listener_failed(listener, name)
+                adds.append(_nothing)
+        self._add = adds[0] if len(adds) == 1 else _each(heard, adds, name)
+        self._heard, self._generation = heard, generation
+
+
+def tally(name: str, task: str | None = None) -> Tally:
+    """The ``Tally`` of counter ``name`` of ``task``, made once: a caller on a task's path keeps
+    it (a ``TaskTallies``)."""
+    found = _tallies.get((name, task))
+    if found is None:
+        found = _tallies.setdefault((name, task), Tally(name, task))
+    return found
+
+
+class TaskTallies:
+    """The core's counts of ``task`` that every locked run makes, bound once (a task's plan
+    keeps them): ``acquired`` and ``released``."""
+
+    __slots__ = ("acquired", "released")
+
+    def __init__(self, task: str) -> None:
+        self.acquired = tally("acquired", task)
+        self.released = tally("released", task)
+
+
+_tallies: dict[tuple[str, str | None], Tally] = {}
+
+
+def _nothing(by: int) -> None:
+    pass
+
+
+def _adder(listener: CountListener, name: str, task: str | None) -> Adder:
+    """A listener without a binder: called as ``count`` calls it."""
+
+    def add(by: int) -> None:
+        listener(name, by, task)
+
+    return add
+
+
+def _each(heard: tuple[CountListener, ...], adds: list[Adder], name: str) -> Adder:
+    """Several listeners' adders, each called whatever another one does (a failure logged once)."""
+
+    def add(by: int) -> None:
+        for listener, one in zip(heard, adds):
+            try:
+                one(by)
+            except Exception:
+                _listener_failed(listener, name)
+
+    return add

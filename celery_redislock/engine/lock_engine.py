@@ -13,7 +13,7 @@ from . import conditional_delete
 from .conditional_delete import ConditionalDelete
 from .keys import fence_key
 from .leases import REDIS_ERRORS, AcquireResult, AcquireStatus, Client, Lease, LockInfo, RenewReport, as_text
-from .script_runner import ScriptRunner, pipelined_scripts
+from .script_runner import NX, PX, ScriptRunner, pipelined_scripts
 from .scripts import (
     ACQUIRE,
     RELEASE,
@@ -25,6 +25,7 @@ from .scripts import (
     flatten,
     renew_report,
     ttl_arg,
+    ttl_bytes,
 )
 from .timing import NO_KEY, time_of, to_ms
 
@@ -102,7 +103,7 @@ class LockEngine(BatchRenewal):
     def take(self, key: str, holder: str, ttl_ms: int) -> bool:
         """Take a free ``key`` for ``holder`` (``SET NX PX``): True when taken; False when
         it is held, by anyone (``acquire`` then tells re-entry and take-over apart)."""
-        return self.runner.execute("SET", key, holder, "NX", "PX", ttl_arg(ttl_ms)) is not None
+        return self.runner.execute("SET", key, holder, NX, PX, ttl_bytes(ttl_ms)) is not None
 
     def release(self, key: str, holder: str, *, notify: str | None = None) -> bool:
         """Delete ``key`` if ``holder`` still has it; PUBLISH the key on ``notify`` if given.

@@ -30,7 +30,23 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .leases import Client
 
-__all__ = ["ScriptRunner", "is_redis_pys_own", "package_script", "pipelined_scripts", "sha_of"]
+__all__ = [
+    "NX",
+    "PX",
+    "ScriptRunner",
+    "is_redis_pys_own",
+    "package_script",
+    "pipelined_scripts",
+    "sha_of",
+]
+
+#: Arguments that never change are given as bytes, which redis-py's encoder passes on as they
+#: are (a str or an int it converts on every call): the same bytes on the wire. Never a
+#: command's name: its response callback is looked up by it, and a wrapper of
+#: ``execute_command`` (OpenTelemetry's) names its span after it.
+NX, PX = b"NX", b"PX"
+#: A script call's count of keys, as bytes (a cluster client reads it with ``int()`` as well).
+_NUMKEYS = tuple(str(n).encode() for n in range(16))
 
 
 def package_script(package: str, name: str) -> str:
@@ -42,6 +58,11 @@ def package_script(package: str, name: str) -> str:
 def sha_of(script: str) -> str:
     """The SHA1 Redis knows ``script`` by (as redis-py's ``Script`` computes it), once each."""
     return hashlib.sha1(script.encode("utf-8")).hexdigest()
+
+
+@functools.cache
+def _sha_bytes(script: str) -> bytes:
+    return sha_of(script).encode()
 
 
 #: The code of redis-py's own ``Redis.execute_command`` (under any wrapper already set when this
@@ -118,7 +139,7 @@ class ScriptRunner:
         """Send one command and read its reply (redis-py's response callbacks applied); raises
         redis-py's errors."""
         guard = self._guard
-        if guard is None or not guard.acquire(blocking=False):
+        if guard is None or not guard.acquire(False):  # positional: a keyword costs a dict
             return self._pooled(args)
         try:
             held = self._held
@@ -170,8 +191,11 @@ class ScriptRunner:
     def run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """The reply of ``script`` (its Lua source) run on ``keys`` (all of one slot) with
         ``args``: EVALSHA, and EVAL (which also caches it again) after a NOSCRIPT reply."""
+        count = len(keys)
         try:
-            return self.execute("EVALSHA", sha_of(script), len(keys), *keys, *args)
+            return self.execute(
+                "EVALSHA", _sha_bytes(script), _NUMKEYS[count] if count < 16 else count, *keys, *args
+            )
         except NoScriptError:
             return self.execute("EVAL", script, len(keys), *keys, *args)
 

@@ -3,6 +3,7 @@ into chunks (how they are sent is ``script_runner``'s)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ __all__ = [
     "load_script",
     "renew_report",
     "ttl_arg",
+    "ttl_bytes",
 ]
 
 
@@ -101,3 +103,9 @@ def ttl_arg(ttl_ms: int) -> str:
     if ttl_ms <= 0:
         raise ValueError(f"lock TTL must be a positive number of milliseconds, got {ttl_ms}")
     return str(int(ttl_ms))
+
+
+@functools.lru_cache(maxsize=256)
+def ttl_bytes(ttl_ms: int) -> bytes:
+    """``ttl_arg`` as the bytes sent, made once per TTL (``script_runner.NX`` says why)."""
+    return ttl_arg(ttl_ms).encode()

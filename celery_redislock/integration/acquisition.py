@@ -25,7 +25,7 @@ from ..engine import (
     SemaphoreLease,
     SlotResult,
 )
-from ..engine.counting import count
+from ..engine.counting import TaskTallies, count
 from ..engine.holders import (
     QUEUED_SUFFIX,
     any_delivery_prefix,
@@ -62,13 +62,26 @@ logger = logging.getLogger(__name__)
 class Execution:
     """Who asks for a key: one delivery of the message ``task_id`` (of task ``task_name``, its
     ``retries``-th re-publish) on worker node ``hostname``, with the task's resolved options and
-    mode; ``holder``, its holder id, is drawn as it is made.
+    mode; ``holder``, its holder id, is drawn as it is made; ``tallies``, the task's counts
+    (its plan's); ``request``, the running Celery request, where the glue has it.
 
     A plain class with slots, not a frozen dataclass: one is made per task, and a frozen
     dataclass's ``__init__`` costs four times as much (it sets each field through
     ``object.__setattr__``). Nothing changes its fields once made."""
 
-    __slots__ = ("holder", "hostname", "key", "mode", "options", "retries", "runtime", "task_id", "task_name")
+    __slots__ = (
+        "holder",
+        "hostname",
+        "key",
+        "mode",
+        "options",
+        "request",
+        "retries",
+        "runtime",
+        "tallies",
+        "task_id",
+        "task_name",
+    )
 
     def __init__(
         self,
@@ -80,8 +93,12 @@ class Execution:
         task_id: str,
         hostname: str | None,
         retries: int = 0,
+        tallies: TaskTallies | None = None,
+        request: Any = None,
     ) -> None:
         self.runtime = runtime
+        self.tallies = TaskTallies(task_name) if tallies is None else tallies
+        self.request = request
         self.options = options
         self.mode = mode
         self.key = key
@@ -143,7 +160,18 @@ class Holding:
     release. A slots class: one is made per task.
     """
 
-    __slots__ = ("engine", "info", "lease", "mode", "options", "renewer", "runtime", "span", "started")
+    __slots__ = (
+        "engine",
+        "info",
+        "lease",
+        "mode",
+        "options",
+        "renewer",
+        "runtime",
+        "span",
+        "started",
+        "tallies",
+    )
 
     def __init__(
         self,
@@ -155,8 +183,10 @@ class Holding:
         info: RedisLockInfo,
         renewer: Renewer,
         span: Any = None,
+        tallies: TaskTallies | None = None,
     ) -> None:
         self.runtime = runtime
+        self.tallies = TaskTallies(info.task_name) if tallies is None else tallies
         self.span = span  # the task's span, where it was recording at the acquire
         self.options = options
         self.mode = mode
@@ -185,7 +215,7 @@ class Holding:
                 lease.holder,
                 notify=runtime.release_channel(lease.key) if runtime.waited_on(task) else None,
             ):
-                count("released", 1, task)
+                self.tallies.released()
                 outcome = "released"
             else:
                 lost_at_release(lease)
@@ -250,7 +280,7 @@ def release_queued(runtime: Runtime, key: str, task_id: str) -> None:
 def _hold(
     execution: Execution, engine: LeaseEngine, lease: Lease, result: AcquireResult | None = None
 ) -> Holding:
-    count("acquired", 1, execution.task_name)
+    execution.tallies.acquired()
     span = recording_span(execution.task_name) if TRACE_MODULE in modules else None
     if span is not None:
         span_event(span, "acquire", execution.task_name, lease.key, lease.holder, "acquired")
@@ -269,7 +299,9 @@ def _hold(
     watch(info)
     renewer = get_renewer()
     renewer.add(engine, lease, execution.options.renew_interval_s)
-    return Holding(runtime, execution.options, execution.mode, engine, lease, info, renewer, span)
+    return Holding(
+        runtime, execution.options, execution.mode, engine, lease, info, renewer, span, execution.tallies
+    )
 
 
 def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireResult:

@@ -24,7 +24,7 @@ from ..config.arguments import KeyBuilder
 from ..config.mode_rules import Clash, add_rule
 from ..config.options import LockOptions
 from ..config.schema import OptionSpec, add_options
-from ..engine.counting import add_counters
+from ..engine.counting import TaskTallies, add_counters
 
 __all__ = [
     "Gate",
@@ -155,12 +155,14 @@ class Gate(Protocol):
 @dataclass(frozen=True)
 class Plan:
     """What a task needs to lock one execution: its resolved options, its key builder, its mode
-    and the gates it passes through first."""
+    and the gates it passes through first; ``tallies``, the task's counts of every locked run,
+    bound once (None: an execution binds its own)."""
 
     options: LockOptions
     keys: KeyBuilder
     mode: Mode
     gates: tuple[Gate, ...] = ()
+    tallies: TaskTallies | None = None
 
     def key(self, task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
         return self.keys.key(args, kwargs, task)

@@ -69,7 +69,9 @@ class PlainMode:
         return sending.send(call)
 
     def before_acquire(self, task: AnyTask, execution: Execution) -> None:
-        if execution.retries or outcomes.redelivered(task.request):
+        # The running request, as the glue passed it: task.request walks Celery's request stack.
+        request = execution.request
+        if execution.retries or outcomes.redelivered(task.request if request is None else request):
             # A re-queued copy of a redelivered message whose original may have finished
             # meanwhile, or a message given out again after its run ended (the worker died
             # before the ack): its lock is free, only the result backend knows it ran.

@@ -18,6 +18,7 @@ from ..config.lock_client import client_factory
 from ..config.options import LockOptions, option_names, source_task, validate
 from ..config.settings import SETTING_DEFAULTS, AppSettings, read_settings
 from ..engine import LeaseEngine, LockEngine, SemaphoreEngine, make_engine, make_semaphore_engine
+from ..engine.counting import TaskTallies
 from ..engine.keys import release_channel
 from ..engine.script_runner import ScriptRunner
 from .mode import Plan, gates_for, mode_for
@@ -135,7 +136,7 @@ class Runtime:
             options = self.settings.options_for(task.name, task_options(type(task)), cache_key[1])
             lock_key = options.lock_key
             builder = KeyBuilder(self.settings.key_prefix, task.name, run_function(type(task)), lock_key)
-            plan = Plan(options, builder, mode_for(options), gates_for(options))
+            plan = Plan(options, builder, mode_for(options), gates_for(options), TaskTallies(task.name))
             for gate in plan.gates:  # what only the app shows (a limit name no setting declares)
                 check = getattr(gate, "check_plan", None)
                 if check is not None:

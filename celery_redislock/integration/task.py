@@ -141,7 +141,16 @@ class SingletonTask(_TaskBase):
         options, mode = plan.options, plan.mode
         try:
             execution = Execution(
-                runtime, options, mode, key, self.name, str(request.id), request.hostname, request.retries
+                runtime,
+                options,
+                mode,
+                key,
+                self.name,
+                str(request.id),
+                request.hostname,
+                request.retries,
+                plan.tallies,
+                request,
             )
             for gate in plan.gates:  # a rate limit: may end the call here
                 gate.admit(self, execution)

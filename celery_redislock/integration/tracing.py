@@ -22,6 +22,8 @@ _failed: list[type[BaseException]] = []
 #: In ``sys.modules`` when the process may trace: callers on a task's path test it themselves,
 #: which spares them lock_event's call where nothing traces.
 TRACE_MODULE = "opentelemetry.trace"
+#: Where the current context lives (imported by ``opentelemetry.trace``).
+CONTEXT_MODULE = "opentelemetry.context"
 
 
 def lock_event(name: str, task: str, key: str, holder: str, outcome: str, **more: Attribute) -> None:
@@ -36,11 +38,17 @@ def lock_event(name: str, task: str, key: str, holder: str, outcome: str, **more
 def recording_span(task: str) -> Any:
     """The current span if it is recording, else None (never raises). A lock held through a
     run keeps it for its release: one span lookup a run, not two."""
-    trace = sys.modules.get(TRACE_MODULE)
+    modules = sys.modules
+    trace = modules.get(TRACE_MODULE)
     if trace is None:
         return None
     try:
-        span = trace.get_current_span()
+        # The current context first (public, whatever provider made the span): where nothing
+        # traces the run it is empty, and get_current_span's lookups and is_recording are spared.
+        context = modules[CONTEXT_MODULE].get_current()
+        if not context:
+            return None
+        span = trace.get_current_span(context)
         return span if span.is_recording() else None
     except Exception as exc:
         _failed_once(exc, "current span", task)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import mmap
 import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -78,8 +79,8 @@ class Counters:
         self._row: int | None = None
         # Where each task's columns start in this process's row (-1: no slot for it).
         self._task_at: dict[str, int] = {}
-        # Where each (counter, task) is counted in this process, found once (see _locate).
-        self._cells: dict[tuple[str, str | None], tuple[int, int]] = {}
+        # What counts each (counter, task) in this process, found once (see adder).
+        self._adders: dict[tuple[str, str | None], Callable[[int], None]] = {}
         self._lock = threading.Lock()  # the row and the file lock are per process: threads need their own
         if hasattr(os, "register_at_fork"):
             this = weakref.ref(self)
@@ -91,8 +92,7 @@ class Counters:
                 if counters is not None:
                     counters._lock = threading.Lock()
                     counters._row = None
-                    counters._task_at = {}
-                    counters._cells = {}
+                    counters._task_at, counters._adders = {}, {}
 
             os.register_at_fork(after_in_child=in_child)
 
@@ -127,41 +127,41 @@ class Counters:
 
     def incr(self, name: str, by: int = 1, task: str | None = None) -> None:
         """``by`` more of counter ``name`` (and of ``task``'s); an unknown name is logged once."""
-        cells = self._cells.get((name, task))
-        if cells is None:
-            cells = self._locate(name, by, task)
-            if cells is None:
-                return
-        values = self._values
-        assert values is not None  # mapped by _locate
-        total, of_task = cells
-        with self._lock:
-            values[total] += by
-            if of_task >= 0:
-                values[of_task] += by
+        self.adder(name, task)(by)
 
-    def _locate(self, name: str, by: int, task: str | None) -> tuple[int, int] | None:
-        """Where this process counts ``name`` (total, and ``task``'s or -1), found once; None for an
-        unknown name (logged) or every row taken (then counted here, in the shared row)."""
+    def adder(self, name: str, task: str | None = None) -> Callable[[int], None]:
+        """What adds to counter ``name`` (and to ``task``'s) in this process's row, found once:
+        a ``Tally`` keeps it, so a count is one call and a store or two under the row's lock."""
+        return self._adders.get((name, task)) or self._make_adder(name, task)
+
+    def _make_adder(self, name: str, task: str | None) -> Callable[[int], None]:
         index = POSITIONS.get(name)
-        if index is None:
+        if index is None:  # not kept: the name may register later
             not_registered(name)
-            return None
-        row = self._row
-        if row is None:
-            row = self._claim_row()
-        values = self._values
-        assert values is not None  # mapped by _claim_row
-        if row < 0:
-            with self._exclusive():
-                values[_RETIRED * _WIDTH + 1 + index] += by
-            return None
+            return lambda by: None
+        row = self._row if self._row is not None else self._claim_row()
+        if row < 0:  # every row taken: in the retired row, under the shared lock (not kept)
+            return functools.partial(self._add_retired, _RETIRED * _WIDTH + 1 + index)
         at = -1 if task is None else self._task_at.get(task)
         if at is None:
             at = self._task_slot(task)  # type: ignore[arg-type]  # not None: checked above
-        cells = (row + 1 + index, at + index if at >= 0 else -1)
-        self._cells[(name, task)] = cells
-        return cells
+        values, lock, total, of_task = self.share(), self._lock, row + 1 + index, at + index
+
+        def add(by: int) -> None:
+            with lock:
+                values[total] += by
+
+        def add_both(by: int) -> None:
+            with lock:
+                values[total] += by
+                values[of_task] += by
+
+        self._adders[(name, task)] = add if at < 0 else add_both
+        return self._adders[(name, task)]
+
+    def _add_retired(self, at: int, by: int) -> None:
+        with self._exclusive() as values:
+            values[at] += by
 
     def snapshot(self) -> dict[str, int]:
         """Every registered counter's total over every process sharing, in registration order."""
@@ -375,7 +375,7 @@ class Counters:
 
 counters = Counters()
 # Every count of the engine and the Celery glue lands here.
-add_count_listener(counters.incr)
+add_count_listener(counters.incr, counters.adder)
 
 
 @signals.worker_init.connect(weak=False)

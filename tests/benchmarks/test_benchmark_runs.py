@@ -39,6 +39,13 @@ def test_the_benchmark_harness_writes_its_table(tmp_path: Path) -> None:
     assert set(results["uncontended"]) >= {"plain", "redislock"}
     assert set(results["backlog"]) == set(results["uncontended"])
     assert set(results["renewal"]) == {"100"}
+    # The whole call beside the pool children's share, so a lock taken at send (the peers')
+    # and one taken at run (ours) are counted the same way.
+    assert "| CPU µs/task: pool children | sender |" in table
+    assert "| all | sending | the whole call |" in table
+    for row in results["backlog"].values():
+        cpu = row["cpu_us_per_task"]
+        assert cpu["whole"] == pytest.approx(cpu["all"] + cpu["sending"])
 
 
 def task_path(*args: str) -> subprocess.CompletedProcess[str]:

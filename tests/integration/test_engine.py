@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import redis
@@ -125,10 +124,10 @@ def test_release_publishes_the_key_for_waiters(engine: LockEngine, redislock_red
 
 def test_lock_expires_after_its_ttl(engine: LockEngine, redislock_redis: redis.Redis) -> None:
     engine.acquire("lock:e", "me", 100)
-    assert redislock_redis.exists("lock:e") == 1
-    started = time.monotonic()
-    assert poll(lambda: redislock_redis.exists("lock:e") == 0, timeout=2.0)
-    assert time.monotonic() - started < 1.0
+    # The promise on the server's clock: the key lives at most its TTL (the poll's deadline only
+    # bounds a hang; how soon the caller sees it gone depends on the machine's load).
+    assert 0 < redislock_redis.pttl("lock:e") <= 100
+    assert poll(lambda: redislock_redis.exists("lock:e") == 0, timeout=10.0)
     assert engine.acquire("lock:e", "next", 1000).status is AcquireStatus.TAKEN
 
 

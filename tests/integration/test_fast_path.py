@@ -49,7 +49,7 @@ def test_an_uncontended_acquire_is_one_set_nx_and_the_release_one_script_call(
     assert (trips.count, calls(redislock_redis, "evalsha") - scripts) == (1, 0)
     assert calls(redislock_redis, "set") - sets == 1
     assert redislock_redis.get("lock:free") == b"me"
-    assert 4_000 < redislock_redis.pttl("lock:free") <= 5_000
+    assert 2_500 < redislock_redis.pttl("lock:free") <= 5_000
 
     assert engine.release("lock:free", "me") is True
     assert trips.count == 2

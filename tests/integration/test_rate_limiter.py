@@ -14,8 +14,9 @@ from redis.cluster import RedisCluster
 
 from celery_redislock import OptionError, RedisRateLimiter
 from celery_redislock.config.lock_client import make_client
-from celery_redislock.contrib.testing import ClusterSet, SentinelSet, poll
-from tests.harness import GrantRecorder, contend, most_in_a_window
+from celery_redislock.contrib.testing import ClusterSet, RedisServer, SentinelSet, poll
+from celery_redislock.engine.timing import server_time
+from tests.harness import GrantRecorder, contend, counting_client, most_in_a_window
 
 
 def test_no_window_of_one_period_holds_more_than_n_starts_and_the_limit_is_used(
@@ -34,26 +35,46 @@ def test_no_window_of_one_period_holds_more_than_n_starts_and_the_limit_is_used(
 def test_try_acquire_says_how_long_to_wait_and_reserves_nothing(redislock_redis: redis.Redis) -> None:
     limiter = RedisRateLimiter(redislock_redis, "calls", "2/s")
     assert limiter.try_acquire() and limiter.try_acquire()
+    first, second = sorted(
+        score / 1000 for member, score in redislock_redis.zrange(limiter.key, 0, -1, withscores=True)
+    )
+
+    def names_the_free_slot(before: float, wait: float, after: float) -> None:
+        # By the server's clock, which the answer is on (the caller's pace is the load's): the
+        # slot it names is when the first start has left the window, not sooner, and not later
+        # than when the newest has. Told between two readings of TIME (a millisecond's rounding).
+        assert after + wait >= first + 1.0 and before - 0.001 + wait <= second + 1.001, (first, second)
+
+    before = server_time(redislock_redis)
     refused = limiter.try_acquire()
+    names_the_free_slot(before, refused.wait, server_time(redislock_redis))
     assert not refused and not refused.reserved
-    assert 0.8 < refused.wait <= 1.001
     assert not [m for m in redislock_redis.zrange(limiter.key, 0, -1) if m.startswith(b"r:")]
+    before = server_time(redislock_redis)
     state = limiter.state()
     assert state is not None and state.started == 2 and state.reserved == 0
-    assert 0.8 < state.next_free <= 1.001
+    names_the_free_slot(before, state.next_free, server_time(redislock_redis))
 
 
 def test_a_blocking_acquire_waits_for_its_slot_and_gives_up_past_its_timeout(
-    redislock_redis: redis.Redis,
+    redislock_server: RedisServer, redislock_redis: redis.Redis
 ) -> None:
-    limiter = RedisRateLimiter(redislock_redis, "slow", "2/s")
+    client, trips = counting_client(redislock_server.url)
+    limiter = RedisRateLimiter(client, "slow", "2/s")
+    record = GrantRecorder(redislock_redis, limiter.key)
     assert limiter.acquire() and limiter.acquire()
     began = time.monotonic()
+    trips.reset()
     assert not limiter.acquire(timeout=0.3)  # the next slot is ~1 s away: nothing reserved
-    assert time.monotonic() - began < 0.2
+    # Given up at once: one decision, not a wait and a second look (counted, not timed).
+    assert trips.count == 1
     assert redislock_redis.zcard(limiter.key) == 2
     assert limiter.acquire(timeout=5)
-    assert 0.85 < time.monotonic() - began < 2.0
+    assert time.monotonic() - began > 0.85  # it waited, in the caller
+    # For its slot, by the server's clock: a period after the first start.
+    first, _, third = record.stop()
+    assert third - first > 1.0  # a closed window of one period holds the first two only
+    client.close()
 
 
 def test_a_waiting_caller_is_not_overtaken_by_later_ones(redislock_redis: redis.Redis) -> None:

@@ -13,7 +13,7 @@ import redis
 
 from celery_redislock.engine import Lease, LockEngine
 from celery_redislock.engine.renewal import Renewer, add_cycle_listener, remove_cycle_listener
-from celery_redislock.integration.tracing import lock_event
+from celery_redislock.integration.tracing import lock_event, recording_span
 
 from .helpers import poll
 
@@ -71,6 +71,26 @@ def test_a_lock_event_lands_on_the_current_span_with_its_attributes() -> None:
     }
 
 
+def test_the_span_is_found_in_a_context_holding_more_and_a_context_without_one_adds_nothing() -> None:
+    # recording_span reads the current context first (empty where nothing traces the run). Seen
+    # red with a lookup that took the span for the context's only entry: baggage hid it.
+    from opentelemetry import baggage, context
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()  # not the global one: a span of any provider is found
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    token = context.attach(baggage.set_baggage("tenant", "a"))
+    try:
+        assert recording_span("app.task") is None  # an entry, no span
+        with provider.get_tracer(__name__).start_as_current_span("run/app.task"):
+            lock_event("acquire", "app.task", "redislock:app.task:00", "id@host:1", "acquired")
+    finally:
+        context.detach(token)
+    assert recording_span("app.task") is None  # the context is empty again
+    [span] = exporter.get_finished_spans()
+    assert [event.name for event in span.events] == ["redislock.acquire"]
+
+
 def test_nothing_of_opentelemetry_is_imported_without_the_extra() -> None:
     # Blocked: a process where the extra is not installed. The package, its Celery part and a
     # locked task run eagerly must not reach for it.
@@ -81,7 +101,7 @@ def test_nothing_of_opentelemetry_is_imported_without_the_extra() -> None:
         from celery import Celery
         from celery_redislock import SingletonTask
         import celery_redislock.ops.stats, celery_redislock.integration.tracing
-        from celery_redislock.integration.tracing import lock_event
+        from celery_redislock.integration.tracing import lock_event, recording_span
         lock_event("acquire", "t", "k", "h", "acquired")
         loaded = [name for name in sys.modules if name.startswith("opentelemetry") and sys.modules[name]]
         assert not loaded, loaded

@@ -59,11 +59,16 @@ def heard() -> Iterator[list[tuple[str, int]]]:
 
 
 @pytest.fixture
-def registry(monkeypatch: pytest.MonkeyPatch) -> None:
+def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A registry of the core's counters only, and no warning given yet: what the test
     registers does not reach the other tests."""
     monkeypatch.setattr(counting, "_counters", {name: counting._counters[name] for name in CORE_COUNTERS})
     monkeypatch.setattr(counting, "_warned", set())
+    # The positions in place: ops.stats holds the same dictionary (POSITIONS).
+    positions = dict(counting._positions)
+    yield
+    counting._positions.clear()
+    counting._positions.update(positions)
 
 
 def test_the_counters_reported_are_those_of_before_in_the_same_order() -> None:
@@ -160,3 +165,75 @@ def test_no_more_counters_than_the_shared_table_has_columns() -> None:
     add_counters({f"c{n}": "x" for n in range(room)}, "the wide mode")
     with pytest.raises(ValueError, match=f"counter 'one_more' of the wide mode: {MAX_COUNTERS} counters"):
         add_counters({"one_more": "x"}, "the wide mode")
+
+
+@pytest.mark.usefixtures("registry")
+def test_a_tally_counts_as_count_does_and_sees_a_listener_added_after_its_first_count(
+    heard: list[tuple[str, int]],
+) -> None:
+    waited = counting.tally("waited", "app.t")
+    waited()
+    later: list[tuple[str, int, str | None]] = []
+
+    def listen(name: str, by: int, task: str | None) -> None:
+        later.append((name, by, task))
+
+    add_count_listener(listen)
+    try:
+        waited(2)
+    finally:
+        remove_count_listener(listen)
+    waited()
+    assert heard == [("waited", 1), ("waited", 2), ("waited", 1)]
+    assert later == [("waited", 2, "app.t")]
+    assert counting.tally("waited", "app.t") is waited
+
+
+@pytest.mark.usefixtures("registry")
+def test_a_tally_uses_a_listeners_binder_once_and_never_raises(caplog: pytest.LogCaptureFixture) -> None:
+    bound: list[tuple[str, str | None]] = []
+    added: list[int] = []
+
+    def listen(name: str, by: int, task: str | None) -> None:
+        raise AssertionError("a listener with a binder is not called per count")
+
+    def bind(name: str, task: str | None) -> counting.Adder:
+        bound.append((name, task))
+
+        def add(by: int) -> None:
+            if by < 0:
+                raise OSError("no memory for the table")
+            added.append(by)
+
+        return add
+
+    add_count_listener(listen, bind)
+    try:
+        lost = counting.tally("lost")
+        with caplog.at_level(logging.WARNING, logger="celery_redislock.engine.counting"):
+            lost()
+            lost(3)
+            lost(-1)
+            lost(-1)
+    finally:
+        remove_count_listener(listen)
+    # The stats listener (ops.stats) may be registered too: each gets its own adder.
+    assert bound == [("lost", None)]
+    assert added == [1, 3]
+    [record] = [r for r in caplog.records if "the count listener" in r.getMessage()]
+    assert record.exc_info is not None
+
+
+@pytest.mark.usefixtures("registry")
+def test_a_tally_of_a_name_not_registered_yet_counts_once_it_is(
+    heard: list[tuple[str, int]], caplog: pytest.LogCaptureFixture
+) -> None:
+    stamped = counting.tally("stamped_late")
+    with caplog.at_level(logging.WARNING, logger="celery_redislock.engine.counting"):
+        stamped()
+        stamped()
+    add_counters({"stamped_late": "calls stamped"}, "the stamp mode")
+    stamped()
+    assert heard == [("stamped_late", 1)]
+    [record] = caplog.records
+    assert record.getMessage().startswith("Not counted: 'stamped_late' is not a registered counter")

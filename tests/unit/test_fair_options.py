@@ -5,7 +5,6 @@ worker consumes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,14 +20,6 @@ from celery_redislock.integration.sending import send_plan
 from celery_redislock.modes.fair_share import GATE, lane_route
 
 TASK = "task 'proj.sync'"
-
-
-@pytest.fixture
-def app() -> Iterator[Celery]:
-    app = Celery("fair", broker="memory://", set_as_current=False)
-    app.conf.redislock_url = "redis://127.0.0.1:1/0"  # never connected: plans need no Redis
-    yield app
-    app.close()
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,6 @@ both options; and the partition a call falls in (its arguments, as ``lock_key`` 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,14 +17,6 @@ from celery_redislock.integration.runtime import runtime_for
 from celery_redislock.modes.rate_limit import GATE
 
 TASK = "task 'proj.sync'"
-
-
-@pytest.fixture
-def app() -> Iterator[Celery]:
-    app = Celery("rates", broker="memory://", set_as_current=False)
-    app.conf.redislock_url = "redis://127.0.0.1:1/0"  # never connected: plans need no Redis
-    yield app
-    app.close()
 
 
 @pytest.mark.parametrize(

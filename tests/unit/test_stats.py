@@ -13,8 +13,15 @@ from collections.abc import Callable
 
 import pytest
 
+import celery_redislock.modes  # noqa: F401  (every mode's counters registered, before ZERO is made)
 from celery_redislock.engine import counting
-from celery_redislock.engine.counting import add_counters, counter_names
+from celery_redislock.engine.counting import (
+    add_count_listener,
+    add_counters,
+    counter_names,
+    remove_count_listener,
+    tally,
+)
 from celery_redislock.ops import stats
 from celery_redislock.ops.control import redislock_stats
 from celery_redislock.ops.stats import LATENCY_BUCKETS, Counters, counters
@@ -90,6 +97,46 @@ def test_concurrent_children_and_threads_lose_no_increment() -> None:
     for pid in pids:
         assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
     assert shared.snapshot()["released"] == per_thread * threads * (children + 1)
+
+
+def test_a_tally_bound_before_the_fork_counts_in_each_childs_own_row() -> None:
+    # A Tally keeps where its counter is counted. Seen red without the fork hook of
+    # engine.counting: every child added to the parent's cells, each under its own copy of
+    # the row's lock, and counts were lost.
+    shared = shared_counters()
+    add_count_listener(shared.incr, shared.adder)
+    try:
+        released = tally("released", "app.tallied")
+        released()  # bound here, to the parent's row
+        per_thread, threads, children = 3000, 3, 3
+
+        def child() -> None:
+            workers = [
+                threading.Thread(target=lambda: [released() for _ in range(per_thread)])
+                for _ in range(threads)
+            ]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join()
+
+        pids = []
+        for _ in range(children):  # all at once, so their increments overlap
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                try:
+                    child()
+                finally:
+                    os._exit(0)
+            pids.append(pid)
+        child()  # the parent counts too, meanwhile
+        for pid in pids:
+            assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    finally:
+        remove_count_listener(shared.incr)
+    expected = 1 + per_thread * threads * (children + 1)
+    assert shared.snapshot()["released"] == expected
+    assert shared.by_task()["app.tallied"]["released"] == expected
 
 
 def test_reset_clears_the_counters_of_every_process() -> None:

@@ -13,7 +13,7 @@ import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -23,9 +23,13 @@ from celery.worker import state
 from kombu.asynchronous import set_event_loop
 
 from celery_redislock import DuplicateTaskError, OptionError, SingletonTask
+from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
 from celery_redislock.integration.runtime import reset_runtime
 from tests.harness import RabbitMQServer
+
+if TYPE_CHECKING:
+    from .mode_harness import Deployment, Store
 
 _names = itertools.count()
 
@@ -297,6 +301,35 @@ def worker_process(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     # into the next test's databases (tests of a warm shutdown call proc.stop() themselves).
     for proc in started:
         proc.kill()
+
+
+@pytest.fixture
+def deployment(
+    urls: dict[str, str],
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> Deployment:
+    """The test's servers, its apps and its worker subprocesses, as one (see ``Deployment``)."""
+    from .mode_harness import Deployment  # which imports this module's worker_module
+
+    return Deployment(urls, make_app, worker_process)
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest, deployment: Deployment, locks: redis.Redis) -> Iterator[Store]:
+    """Where a rate-limit test's limits live: the test's redis-server, or a Redis Cluster (every
+    named limit under one hash tag: one node decides them) when the test's ``kind`` parameter
+    is "cluster"."""
+    from .mode_harness import Store
+
+    kind = request.node.callspec.params.get("kind", "single")
+    if kind != "cluster":
+        yield Store(deployment, locks)
+        return
+    url = request.getfixturevalue("cluster").url
+    client = make_client(url)
+    yield Store(deployment.with_locks(url), client)
+    client.close()
 
 
 def registration_error(app: Celery, name: str, **options: Any) -> OptionError:

@@ -1,9 +1,11 @@
-"""The harness of the mode worker tests (throttle, debounce, keep_latest, lock_until): one task
-declared once for both sides, the worker module's with its body and the caller's, whose body
-never runs; a unique node name; what a skipped call answers; the key a call locks."""
+"""The harness of the mode worker tests (throttle, debounce, keep_latest, lock_until, fair share,
+named limits): one task declared once for both sides, the worker module's with its body and the
+caller's, whose body never runs; the servers a test runs them on; a unique node name; what a
+skipped call answers; the key a call locks."""
 
 from __future__ import annotations
 
+import functools
 import textwrap
 import uuid
 from collections.abc import Callable, Mapping
@@ -61,6 +63,40 @@ class ModeTask:
         # The worker's parameters, so a call binds its arguments as the worker does.
         exec(f"def task({self.params}):\n    raise AssertionError('runs in the worker only')", namespace)
         return app.task(base=SingletonTask, shared=False, name=self.name, **self.options)(namespace["task"])
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The servers a worker test runs on and what it starts there (the ``deployment`` fixture):
+    their URLs (broker, results, locks, coordination), the test's apps and its worker
+    subprocesses, so that a test asks for one fixture, not each of them."""
+
+    urls: dict[str, str]
+    make_app: Callable[..., Celery]
+    worker_process: Callable[..., WorkerProcess]
+
+    def with_locks(self, url: str) -> Deployment:
+        """The same servers but the lock Redis (and fair share's lanes): the one at ``url``, a
+        test's own that it stops or flushes; its apps and workers both use it."""
+        make_app = functools.partial(self.make_app, redislock_url=url)
+        return Deployment({**self.urls, "locks": url}, make_app, self.worker_process)
+
+    def app(self, **conf: Any) -> Celery:
+        """An app of the test's on these servers (``conf``: more settings)."""
+        return self.make_app(**conf)
+
+    def start(self, task: ModeTask, *args: str, pool: str = "prefork", module: str = "") -> WorkerProcess:
+        """A worker subprocess running ``task`` (see ``ModeTask.start``) on these servers."""
+        return task.start(self.worker_process, self.urls, *args, pool=pool, module=module)
+
+
+@dataclass(frozen=True)
+class Store:
+    """Where a rate-limit test's limits live (the ``store`` fixture): the servers its workers and
+    apps use, the limits on ``deployment``'s lock Redis, and a client of that Redis."""
+
+    deployment: Deployment
+    client: Any
 
 
 def node(mode: str) -> str:

@@ -4,53 +4,43 @@ share and running calls, as text and as JSON; the backlog counted down as calls 
 from __future__ import annotations
 
 import json
-import textwrap
-from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import redis
-from celery import Celery
 
-from celery_redislock.contrib.testing import WorkerProcess, poll
+from celery_redislock.contrib.testing import poll
 
-from .conftest import open_gate, wait_started
-from .mode_harness import ModeTask, node
+from .conftest import open_gate, wait_started, worker_module
+from .mode_harness import Deployment, ModeTask, node
 from .test_cli import Run
 
+#: The task, as the celery program's module and the workers declare it.
 TASK = ModeTask(
-    "fair.cli", "tenant, n", 'coord.rpush("starts", tenant)', {"fair_key": ["tenant"], "fair_cap": 2}
+    "fair.cli",
+    "tenant, n",
+    'coord.rpush("starts", tenant)',
+    {"fair_key": ["tenant"], "fair_cap": 2, "fair_lanes": 4},
 )
 
-APP = """
-from celery import Celery
-from celery_redislock import SingletonTask
 
-app = Celery("fairapp")
-app.conf.update(broker_url={broker!r}, result_backend={backend!r}, redislock_url={locks!r})
-
-
-@app.task(base=SingletonTask, name="fair.cli", fair_key=["tenant"], fair_cap=2, fair_lanes=4)
-def task(tenant, n):
-    pass
-"""
+@pytest.fixture
+def celery(tmp_path: Path, urls: dict[str, str]) -> Run:
+    """``celery("redislock", "fair", "show")`` runs the celery program on a module declaring
+    the task as its workers do."""
+    (tmp_path / "fairapp.py").write_text(worker_module(urls, "fairapp", TASK.source()))
+    return Run("fairapp", tmp_path)
 
 
 def test_fair_show_lists_each_tenants_backlog_lanes_and_share(
-    tmp_path: Path,
-    urls: dict[str, str],
-    coord: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    celery: Run, coord: redis.Redis, deployment: Deployment
 ) -> None:
-    (tmp_path / "fairapp.py").write_text(textwrap.dedent(APP.format(**urls)))
-    celery = Run("fairapp", tmp_path)
     assert (
         celery("redislock", "fair", "show")
         .stdout.strip()
         .endswith("celery  0 queued in 0 of 4 lanes  [lane:calls -]")
     )
-    task = TASK.with_options(fair_lanes=4)
-    sender = task.sender(make_app())
+    sender = TASK.sender(deployment.app())
     for n in range(6):
         sender.delay("acme", n)
     sender.delay("bravo", 0)
@@ -66,17 +56,13 @@ def test_fair_show_lists_each_tenants_backlog_lanes_and_share(
         ("acme", 6, 0),
         ("bravo", 1, 0),
     ]
-    task.start(worker_process, urls, "-c", "1", "-n", node("fair-cli"))
+    deployment.start(TASK, "-c", "1", "-n", node("fair-cli"))
     assert poll(lambda: coord.llen("starts") == 7, 60)
     assert poll(lambda: "0 queued in 0 of 4 lanes" in celery("redislock", "fair", "show").stdout, 20)
 
 
-def test_fair_reset_forgets_the_counts_a_purged_queue_left(
-    tmp_path: Path, urls: dict[str, str], make_app: Callable[..., Celery]
-) -> None:
-    (tmp_path / "fairapp.py").write_text(textwrap.dedent(APP.format(**urls)))
-    celery = Run("fairapp", tmp_path)
-    sender = TASK.with_options(fair_lanes=4).sender(make_app())
+def test_fair_reset_forgets_the_counts_a_purged_queue_left(celery: Run, deployment: Deployment) -> None:
+    sender = TASK.sender(deployment.app())
     sender.delay("acme", 0)
     sender.delay("acme", 1)
     for lane in range(4):  # what `celery purge` does: the messages go, never run
@@ -91,19 +77,13 @@ def test_fair_reset_forgets_the_counts_a_purged_queue_left(
 
 
 def test_list_shows_a_tenants_cap_while_its_calls_run(
-    tmp_path: Path,
-    urls: dict[str, str],
-    coord: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    celery: Run, coord: redis.Redis, deployment: Deployment
 ) -> None:
-    (tmp_path / "fairapp.py").write_text(textwrap.dedent(APP.format(**urls)))
-    celery = Run("fairapp", tmp_path)
     held = ModeTask(
         "fair.cli", "tenant, n", "return hold(self, tenant)", {"fair_key": ["tenant"], "fair_cap": 2}
     )
-    held.start(worker_process, urls, "-c", "2", "-n", node("fair-list"))
-    sender = held.sender(make_app())
+    deployment.start(held, "-c", "2", "-n", node("fair-list"))
+    sender = held.sender(deployment.app())
     calls = [sender.delay("acme", n) for n in range(2)]
     wait_started(coord, "acme", 2)
     listed = celery("redislock", "list").stdout

@@ -159,7 +159,7 @@ def test_raise_or_lock_by_hand_refuses_sends_until_clear_lock(
     assert key == job.get_key(args=(1, 2))  # by name or by position: one call
     assert key != job.get_key(args=(1, 3))
     job.once_backend.raise_or_lock(key, timeout=60)  # e.g. from a web view
-    assert 59_000 < locks.pttl(key) <= 60_000
+    assert 50_000 < locks.pttl(key) <= 60_000
     with pytest.raises(AlreadyQueued) as caught:
         job.delay(1, m=2)  # an identical send is refused by the lock taken by hand
     assert 59 < caught.value.countdown <= 60

@@ -92,7 +92,7 @@ def test_lock_expiry_bounds_the_queued_lock(app: Celery, make_app: Callable[...,
     runs_for_12_seconds.delay()
     backend = redis.Redis.from_url(app.conf.result_backend)
     [key] = [k for k in backend.scan_iter("redislock:*")]
-    assert 9_000 < backend.pttl(key) <= 10_000
+    assert 5_000 < backend.pttl(key) <= 10_000  # lock_expiry, with room for a stalled test
     backend.close()
 
 

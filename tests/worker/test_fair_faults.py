@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,7 +25,7 @@ from celery_redislock.integration.runtime import runtime_for
 from celery_redislock.modes.fair_share import GATE
 
 from .conftest import restore_visible, stats_of
-from .mode_harness import ModeTask, node
+from .mode_harness import Deployment, ModeTask, node
 
 #: Held while ``hold`` is set, before it does anything (so a kill then leaves nothing half
 #: done); then its completion, by task id.
@@ -109,18 +108,14 @@ def backlogs(app: Celery, client: redis.Redis, queue: str = "celery") -> list[di
 
 
 def test_a_worker_killed_mid_drain_loses_nothing_and_completes_nothing_twice(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    locks: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    deployment: Deployment, coord: redis.Redis, locks: redis.Redis
 ) -> None:
     task = fair()
-    app = make_app(**TRANSPORT)
+    app = deployment.app(**TRANSPORT)
     sender = task.sender(app)
     results = [sender.delay(*call) for call in calls()]
-    doomed = task.start(
-        worker_process, urls, "-c", "2", "--prefetch-multiplier", "2", "-n", node("fair-doomed"), module=ACKS
+    doomed = deployment.start(
+        task, "-c", "2", "--prefetch-multiplier", "2", "-n", node("fair-doomed"), module=ACKS
     )
     assert poll(lambda: coord.llen("ran") >= 30, 60), doomed.log()[-3000:]
     coord.set("hold", 1)
@@ -132,7 +127,7 @@ def test_a_worker_killed_mid_drain_loses_nothing_and_completes_nothing_twice(
         done = {entry.decode().split()[2] for entry in coord.lrange("ran", 0, -1)}
         acked = {entry.decode() for entry in coord.lrange("acked", 0, -1)}
         full = (
-            not urls["broker"].startswith("redis")
+            not deployment.urls["broker"].startswith("redis")
             or app.connection_for_write().default_channel.client.hlen("unacked") >= 4
         )
         return done <= acked and full
@@ -145,8 +140,8 @@ def test_a_worker_killed_mid_drain_loses_nothing_and_completes_nothing_twice(
     assert poll(lambda: not any(process_alive(pid) for pid in pool), 10)
     held = [entry.decode() for entry in coord.lrange("held", 0, -1)]
     coord.delete("hold")
-    redeliver(app, urls)
-    kept = task.start(worker_process, urls, "-c", "2", "-n", node("fair-kept"))
+    redeliver(app, deployment.urls)
+    kept = deployment.start(task, "-c", "2", "-n", node("fair-kept"))
     assert drained(results, kept) == sorted(n for _, n in calls())
     assert ran(coord) == Counter(calls())  # every call completed, once
     completed = [entry.decode().split()[2] for entry in coord.lrange("ran", 0, -1)]
@@ -157,19 +152,14 @@ def test_a_worker_killed_mid_drain_loses_nothing_and_completes_nothing_twice(
 
 @pytest.mark.parametrize("fault", ["flush", "restart"])
 def test_a_lock_redis_flushed_or_restarted_mid_drain_loses_nothing_and_completes_nothing_twice(
-    fault: str,
-    urls: dict[str, str],
-    coord: redis.Redis,
-    lock_server: RedisServer,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    fault: str, deployment: Deployment, coord: redis.Redis, lock_server: RedisServer
 ) -> None:
     task = fair(retry_countdown=0.3)
-    urls = {**urls, "locks": lock_server.url}
-    app = make_app(redislock_url=lock_server.url)
+    deployment = deployment.with_locks(lock_server.url)
+    app = deployment.app()
     sender = task.sender(app)
     results = [sender.delay(*call) for call in calls()]
-    proc = task.start(worker_process, urls, "-c", "2", "-n", node(f"fair-{fault}"))
+    proc = deployment.start(task, "-c", "2", "-n", node(f"fair-{fault}"))
     assert poll(lambda: coord.llen("ran") >= 30, 60), proc.log()[-3000:]
     if fault == "flush":
         with lock_server.client() as client:
@@ -207,11 +197,7 @@ return n
 
 
 def test_a_worker_killed_holding_cap_slots_loses_nothing_and_its_slots_come_back(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    locks: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    deployment: Deployment, coord: redis.Redis, locks: redis.Redis
 ) -> None:
     # A short lock_timeout: the TTL of a cap slot whose holder stopped renewing it.
     task = ModeTask(
@@ -220,18 +206,18 @@ def test_a_worker_killed_holding_cap_slots_loses_nothing_and_its_slots_come_back
         CAPPED_BODY,
         {"fair_key": ["tenant"], "fair_lanes": 4, "fair_cap": 1, "acks_late": True, "lock_timeout": 4},
     )
-    app = make_app(broker_transport_options={"visibility_timeout": 10})
+    app = deployment.app(broker_transport_options={"visibility_timeout": 10})
     sender = task.sender(app)
     doomed_name = node("cap-doomed")
     coord.sadd("holding", doomed_name)
     # Its prefetch (2) full with one call of each tenant, both held with their tenant's slot.
-    doomed = task.start(worker_process, urls, "-c", "2", "--prefetch-multiplier", "1", "-n", doomed_name)
+    doomed = deployment.start(task, "-c", "2", "--prefetch-multiplier", "1", "-n", doomed_name)
     first = [sender.delay("A", 0), sender.delay("B", 0)]
     assert poll(lambda: coord.llen("held") == 2, 30), doomed.log()[-3000:]
     later = [("A", n) for n in range(1, 10)] + [("B", n) for n in range(1, 5)]
     results = first + [sender.delay(*call) for call in later]
     kept_name = node("cap-kept")
-    kept = task.start(worker_process, urls, "-c", "2", "-n", kept_name)
+    kept = deployment.start(task, "-c", "2", "-n", kept_name)
     runtime = runtime_for(app)
     real = app.tasks[task.name]
     options = runtime.plan(real, None).options
@@ -254,7 +240,7 @@ def test_a_worker_killed_holding_cap_slots_loses_nothing_and_its_slots_come_back
     held = [entry.decode().split()[1] for entry in coord.lrange("held", 0, -1)]
 
     def done() -> bool:
-        if urls["broker"].startswith("redis"):  # the dead worker's two given out again
+        if deployment.urls["broker"].startswith("redis"):  # the dead worker's two given out again
             restore_visible(app)
         return all(result.ready() for result in results)
 

@@ -13,7 +13,6 @@ those it keeps but for odds far below one in ten thousand runs."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -22,7 +21,7 @@ import redis
 from amqp.exceptions import ChannelError
 from celery import Celery
 
-from celery_redislock.contrib.testing import WorkerProcess, poll
+from celery_redislock.contrib.testing import poll
 from celery_redislock.contrib.testing.servers import free_port
 from celery_redislock.engine.counting import add_count_listener, remove_count_listener
 from celery_redislock.engine.fair_lanes import FairLanes, hashed_lane
@@ -30,7 +29,7 @@ from celery_redislock.engine.script_runner import ScriptRunner
 from celery_redislock.integration.queues import lane_name
 
 from .conftest import queued_count, stats_of
-from .mode_harness import ModeTask, node
+from .mode_harness import Deployment, ModeTask, node
 
 #: A short body: the tenant's start, in the order the worker starts calls.
 BODY = """
@@ -96,19 +95,14 @@ def send_flood_then_few(sender: Any) -> list[Sent]:
 
 @pytest.mark.parametrize("pool", ["prefork", "solo", "threads"])
 def test_b_starts_before_a_flood_queued_first_drains(
-    pool: str,
-    request: pytest.FixtureRequest,
-    urls: dict[str, str],
-    coord: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    pool: str, request: pytest.FixtureRequest, deployment: Deployment, coord: redis.Redis
 ) -> None:
     task = fair(fair_lanes=4)
-    app = make_app()
+    app = deployment.app()
     sent = send_flood_then_few(task.sender(app))  # all queued before any worker runs
     # A's calls fill one lane, B's another: what the worker then serves in turn.
     assert sorted(lane_sizes(app, 4)) == [0, 0, FEW, FLOOD]
-    task.start(worker_process, urls, "-c", "1", "--prefetch-multiplier", "1", "-n", node("fair"), pool=pool)
+    deployment.start(task, "-c", "1", "--prefetch-multiplier", "1", "-n", node("fair"), pool=pool)
     order = drain(coord, sent, FLOOD + FEW)
     b_positions = [i for i, tenant in enumerate(order) if tenant == "B"]
     assert len(b_positions) == FEW and order.count("A") == FLOOD
@@ -120,30 +114,20 @@ def test_b_starts_before_a_flood_queued_first_drains(
 
 
 @pytest.mark.redis_broker("the plain task's FIFO order, the contrast to the fair one")
-def test_a_plain_task_makes_b_wait_for_the_whole_flood(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
-) -> None:
+def test_a_plain_task_makes_b_wait_for_the_whole_flood(deployment: Deployment, coord: redis.Redis) -> None:
     task = ModeTask("fair.plain", "tenant, n", BODY)
-    sent = send_flood_then_few(task.sender(make_app()))
-    task.start(worker_process, urls, "-c", "1", "--prefetch-multiplier", "1", "-n", node("plain"))
+    sent = send_flood_then_few(task.sender(deployment.app()))
+    deployment.start(task, "-c", "1", "--prefetch-multiplier", "1", "-n", node("plain"))
     order = drain(coord, sent, FLOOD + FEW)
     assert [i for i, tenant in enumerate(order) if tenant == "B"] == list(range(FLOOD, FLOOD + FEW))
 
 
-def test_the_cap_holds_across_two_workers(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
-) -> None:
+def test_the_cap_holds_across_two_workers(deployment: Deployment, coord: redis.Redis) -> None:
     task = ModeTask("fair.capped", "tenant, n", HELD_BODY, {"fair_key": ["tenant"], "fair_cap": 1})
     names = [node("cap1"), node("cap2")]
     for name in names:
-        task.start(worker_process, urls, "-c", "2", "-n", name)
-    app = make_app()
+        deployment.start(task, "-c", "2", "-n", name)
+    app = deployment.app()
     sender = task.sender(app)
     calls = [("A", n) for n in range(12)] + [("B", n) for n in range(4)]
     sent = [Sent(sender.delay(*call), call) for call in calls]
@@ -160,20 +144,16 @@ def test_the_cap_holds_across_two_workers(
 
 
 def test_a_weighted_tenant_gets_more_of_the_starts(
-    request: pytest.FixtureRequest,
-    urls: dict[str, str],
-    coord: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    request: pytest.FixtureRequest, deployment: Deployment, coord: redis.Redis
 ) -> None:
     task = fair(fair_lanes=8, fair_weights={"heavy": 3})
-    app = make_app()
+    app = deployment.app()
     sender = task.sender(app)
     calls = [("heavy", n) for n in range(60)] + [("light", n) for n in range(60)]
     sent = [Sent(sender.delay(*call), call) for call in calls]
     # The weight, as fair share applies it: heavy's calls over three lanes, light's in one.
     assert sorted(lane_sizes(app, 8)) == [0, 0, 0, 0, 20, 20, 20, 60]
-    task.start(worker_process, urls, "-c", "1", "--prefetch-multiplier", "1", "-n", node("weights"))
+    deployment.start(task, "-c", "1", "--prefetch-multiplier", "1", "-n", node("weights"))
     order = drain(coord, sent, len(calls))
     first = order[:60]
     # Four busy lanes, three of them heavy's: about three of every four starts while both last.
@@ -189,14 +169,10 @@ def test_a_weighted_tenant_gets_more_of_the_starts(
 
 
 def test_redis_unreachable_at_send_sends_to_the_hashed_lane(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
-    caplog: pytest.LogCaptureFixture,
+    deployment: Deployment, coord: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     task = fair(fair_lanes=4)
-    app = make_app(redislock_url=f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    app = deployment.app(redislock_url=f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
     sender = task.sender(app)
     counted: list[str] = []
     listener = lambda name, *_: counted.append(name)  # noqa: E731
@@ -212,51 +188,41 @@ def test_redis_unreachable_at_send_sends_to_the_hashed_lane(
     warnings = [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()]
     assert len(warnings) == 1 and "hashed lanes of celery" in warnings[0]
     # The worker (its own lock Redis up) runs them: nothing was lost.
-    task.start(worker_process, urls, "-c", "1", "-n", node("fair-down"))
+    deployment.start(task, "-c", "1", "-n", node("fair-down"))
     assert drain(coord, sent, 3) == ["acme"] * 3
 
 
 @pytest.mark.redis_broker(
     "RabbitMQ drops an expired message in the broker: no worker sees it to count it out"
 )
-def test_an_expired_call_is_counted_out_of_its_backlog(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
-) -> None:
+def test_an_expired_call_is_counted_out_of_its_backlog(deployment: Deployment, coord: redis.Redis) -> None:
     task = fair(fair_lanes=2)
-    app = make_app()
+    app = deployment.app()
     sender = task.sender(app)
     gone = datetime.now(timezone.utc) - timedelta(seconds=1)
     expired = [sender.apply_async(("acme", n), expires=gone) for n in range(3)]
     sent = [Sent(sender.delay("bravo", 0), ("bravo", 0))]
-    lanes = FairLanes(ScriptRunner(redis.Redis.from_url(urls["locks"])), "redislock", "celery")
+    lanes = FairLanes(ScriptRunner(redis.Redis.from_url(deployment.urls["locks"])), "redislock", "celery")
     assert lanes.state().queued == 4
-    task.start(worker_process, urls, "-c", "1", "-n", node("fair-expired"))
+    deployment.start(task, "-c", "1", "-n", node("fair-expired"))
     drain(coord, sent, 1)
     assert all(result.get(timeout=15, propagate=False) is not None for result in expired)  # revoked
     assert poll(lambda: lanes.state().queued == 0, 15), lanes.state()
     assert lanes.state().tenants == {}
 
 
-def test_a_call_refused_at_send_is_counted_in_no_backlog(
-    urls: dict[str, str], make_app: Callable[..., Celery]
-) -> None:
+def test_a_call_refused_at_send_is_counted_in_no_backlog(deployment: Deployment) -> None:
     task = fair(lock_on="enqueue", lock_key=["tenant"])
-    sender = task.sender(make_app())
+    sender = task.sender(deployment.app())
     first = sender.delay("acme", 0)
     again = sender.delay("acme", 1)  # its key is queued already: answered with the first's result
     assert again.id == first.id
-    lanes = FairLanes(ScriptRunner(redis.Redis.from_url(urls["locks"])), "redislock", "celery")
+    lanes = FairLanes(ScriptRunner(redis.Redis.from_url(deployment.urls["locks"])), "redislock", "celery")
     assert lanes.state().queued == 1 and lanes.state().backlog("acme") == 1
 
 
 def test_a_capped_call_keeps_its_rate_limit_slot_and_runs_once(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    deployment: Deployment, coord: redis.Redis
 ) -> None:
     # Both gates on one tenant: calls postponed for their rate slot, then over the cap as they
     # come back. Each must run once: none dropped as a second copy, none run twice.
@@ -271,8 +237,8 @@ def test_a_capped_call_keeps_its_rate_limit_slot_and_runs_once(
     task = ModeTask("fair.rated", "tenant, n", HELD_BODY.replace("0.05", "0.5"), options)
     names = [node("rated1"), node("rated2")]
     for name in names:
-        task.start(worker_process, urls, "-c", "2", "-n", name)
-    app = make_app()
+        deployment.start(task, "-c", "2", "-n", name)
+    app = deployment.app()
     sender = task.sender(app)
     sent = [Sent(sender.delay("A", n), ("A", n)) for n in range(10)]
     assert drain(coord, sent, 10) == ["A"] * 10

@@ -8,16 +8,14 @@ lanes' and the broker's alone."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
-from celery import Celery
 
-from celery_redislock.contrib.testing import WorkerProcess, poll
+from celery_redislock.contrib.testing import poll
 
-from .mode_harness import ModeTask, node
+from .mode_harness import Deployment, ModeTask, node
 
 #: The tenant and call of each start, in the order the worker starts them.
 BODY = """
@@ -48,21 +46,15 @@ FLOOD, FEW = 100, 10
 
 @pytest.mark.parametrize("pool", ["prefork", "threads", "solo", "gevent"])
 def test_b_is_served_in_turn_with_a_flood_queued_before_it(
-    pool: str,
-    urls: dict[str, str],
-    coord: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    pool: str, coord: redis.Redis, deployment: Deployment
 ) -> None:
     # Seen red with fair_key left out (a plain FIFO queue): all 100 of A's calls ran first.
     task = tenant_task("fair.pools", fair_key=["tenant"], fair_lanes=4)
-    sender = task.sender(make_app())
+    sender = task.sender(deployment.app())
     calls = [("A", n) for n in range(FLOOD)] + [("B", n) for n in range(FEW)]
     for call in calls:
         sender.delay(*call)
-    task.start(
-        worker_process, urls, "-c", "2", "--prefetch-multiplier", "1", "-n", node(f"fair-{pool}"), pool=pool
-    )
+    deployment.start(task, "-c", "2", "--prefetch-multiplier", "1", "-n", node(f"fair-{pool}"), pool=pool)
     order = starts(coord, len(calls))
     assert Counter(order) == Counter(calls)  # every call once
     # A and B each have a lane, and the worker takes the lanes in turn. kombu's Redis transport
@@ -70,26 +62,21 @@ def test_b_is_served_in_turn_with_a_flood_queued_before_it(
     # (two processes, one each). RabbitMQ's queues compete for the channel's credit, roughly in
     # turn (7 to 23 of A's calls ran before B's last in 16 runs): half the flood at most, where a
     # FIFO queue runs all of it first.
-    bound = FEW + 4 if urls["broker"].startswith("redis") else FLOOD // 2
+    bound = FEW + 4 if deployment.urls["broker"].startswith("redis") else FLOOD // 2
     assert ahead(order, "A") <= bound, order
 
 
 @pytest.mark.slow
-def test_a_thousand_tenants_and_a_flooder_are_all_served(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
-) -> None:
+def test_a_thousand_tenants_and_a_flooder_are_all_served(coord: redis.Redis, deployment: Deployment) -> None:
     # Seen red with fair_key left out: the flooder's 400 calls all ran before anyone else's.
     lanes, flood, tenants, each = 16, 400, 1000, 2
     task = tenant_task("fair.crowd", fair_key=["tenant"], fair_lanes=lanes)
-    sender = task.sender(make_app())
+    sender = task.sender(deployment.app())
     calls = [("flooder", n) for n in range(flood)]
     calls += [(f"t{t}", n) for n in range(each) for t in range(tenants)]
     for call in calls:
         sender.delay(*call)
-    task.start(worker_process, urls, "-c", "2", "-n", node("fair-crowd"))
+    deployment.start(task, "-c", "2", "-n", node("fair-crowd"))
     order = starts(coord, len(calls))
     assert Counter(order) == Counter(calls)  # every tenant served, every call once
     # The flooder keeps its one lane; the others' 2 000 calls fill the other 15 (least loaded
@@ -98,5 +85,5 @@ def test_a_thousand_tenants_and_a_flooder_are_all_served(
     # RabbitMQ's lanes compete for credit, roughly in turn (163 to 187 in four runs where Redis
     # gave 134 each time): twice the share at most. A FIFO queue gives it all 400.
     share = -(-tenants * each // (lanes - 1))
-    bound = (share if urls["broker"].startswith("redis") else 2 * share) + lanes + 8
+    bound = (share if deployment.urls["broker"].startswith("redis") else 2 * share) + lanes + 8
     assert ahead(order, "flooder") <= bound, (ahead(order, "flooder"), bound)

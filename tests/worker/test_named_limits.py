@@ -5,8 +5,7 @@ promises, on the server's clock: the starts the limiter's log records (``GrantRe
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,7 +14,6 @@ from celery import Celery
 
 from celery_redislock import reset_limit, set_limit, show_limits
 from celery_redislock.config.arguments import KeyBuilder
-from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import poll
 from celery_redislock.engine.rate_decisions import Limit, decide_limits
 from celery_redislock.engine.rates import Rate
@@ -27,8 +25,8 @@ from celery_redislock.ops.limit_cli import limit as limit_command
 from celery_redislock.ops.listing import lock_pattern
 from tests.harness import GrantRecorder, most_in_a_window
 
-from .conftest import WorkerProcess, stats_of
-from .mode_harness import ModeTask, node
+from .conftest import stats_of
+from .mode_harness import Deployment, ModeTask, Store, node
 
 BODY = """
 coord.rpush("ran:" + tag, f"{n} {self.request.id}")
@@ -70,28 +68,6 @@ TOPOLOGIES = [
 ]
 
 
-@pytest.fixture
-def store(request: pytest.FixtureRequest, urls: dict[str, str], locks: redis.Redis) -> Iterator[Store]:
-    """Where the test's limits live: the test's redis-server, or a Redis Cluster (every named
-    limit under one hash tag: one node decides them) when the test's ``store`` is "cluster"."""
-    kind = request.node.callspec.params.get("kind", "single")
-    if kind != "cluster":
-        yield Store(urls, locks)
-        return
-    url = request.getfixturevalue("cluster").url
-    client = make_client(url)
-    yield Store({**urls, "locks": url}, client)
-    client.close()
-
-
-@dataclass(frozen=True)
-class Store:
-    """The URLs a test's worker and app use and a client of its limits' Redis."""
-
-    urls: dict[str, str]
-    client: Any
-
-
 def log_of(app: Celery, name: str) -> str:
     return named_log(runtime_for(app).settings.key_prefix, name)
 
@@ -100,26 +76,29 @@ def ran(coord: redis.Redis, tag: str) -> list[int]:
     return sorted(int(entry.split()[0]) for entry in coord.lrange(f"ran:{tag}", 0, -1))
 
 
+def drain(
+    client: Any, app: Celery, task: ModeTask, limit: str, tag: str, count: int, timeout: float = 60
+) -> list[float]:
+    """Send ``count`` calls ``task(tag, n)`` on ``app`` and wait for each one's result; the starts
+    the log of ``limit`` (on ``client``'s Redis) recorded meanwhile, server seconds, sorted."""
+    record = GrantRecorder(client, log_of(app, limit))
+    send = task.sender(app)
+    results = [send.delay(tag, n) for n in range(count)]
+    assert sorted(result.get(timeout=timeout) for result in results) == list(range(count))
+    return record.stop()
+
+
 @pytest.mark.slow
 def test_five_a_second_and_twenty_a_minute_on_one_task_holds_both(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    locks: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    coord: redis.Redis, locks: redis.Redis, deployment: Deployment
 ) -> None:
     # A minute long (the 21st call waits for the first to leave the minute window): first in the
     # file, so that under xdist it starts early rather than ending the run.
     # Seen red with only a limit's first rate given to the decision: 25 starts in five seconds.
     task = named_task("named.both", ["reports"])
     module = settings({"reports": ["5/s", "20/m"]})
-    task.start(worker_process, urls, "-c", "2", "-n", node("both"), module=module)
-    app = make_app()
-    record = GrantRecorder(locks, log_of(app, "reports"))
-    send = task.sender(app)
-    results = [send.delay("both", n) for n in range(25)]
-    assert sorted(result.get(timeout=150) for result in results) == list(range(25))
-    grants = record.stop()
+    deployment.start(task, "-c", "2", "-n", node("both"), module=module)
+    grants = drain(locks, deployment.app(), task, "reports", "both", 25, timeout=150)
     assert len(grants) == 25
     assert most_in_a_window(grants, 1.0) <= 5
     assert most_in_a_window(grants, 60.0) <= 20  # so the 21st started after the first's minute
@@ -127,7 +106,7 @@ def test_five_a_second_and_twenty_a_minute_on_one_task_holds_both(
 
 
 @pytest.mark.parametrize(
-    ("pool", "store"),
+    ("pool", "kind"),
     [
         ("prefork", "single"),
         ("threads", "single"),
@@ -137,33 +116,14 @@ def test_five_a_second_and_twenty_a_minute_on_one_task_holds_both(
     ],
 )
 def test_two_tasks_sharing_a_limit_never_pass_it_together(
-    pool: str,
-    store: str,
-    request: pytest.FixtureRequest,
-    urls: dict[str, str],
-    coord: redis.Redis,
-    locks: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    pool: str, kind: str, store: Store, coord: redis.Redis
 ) -> None:
     # Seen red with a partition per task (the task name in its log): the shared log got none of the 40.
-    client: Any = locks
-    if store == "cluster":  # every named limit under one hash tag: one node decides them
-        urls = {**urls, "locks": request.getfixturevalue("cluster").url}
-        client = make_client(urls["locks"])
     first, second = named_task("named.first", ["partner"]), named_task("named.second", ["partner"])
-    first.start(
-        worker_process,
-        urls,
-        "-c",
-        "2",
-        "-n",
-        node(f"named-{pool}"),
-        pool=pool,
-        module=second.source() + settings({"partner": "10/s"}),
-    )
-    app = make_app(redislock_url=urls["locks"], redislock_limits={"partner": "10/s"})
-    record = GrantRecorder(client, log_of(app, "partner"))
+    module = second.source() + settings({"partner": "10/s"})
+    store.deployment.start(first, "-c", "2", "-n", node(f"named-{pool}"), pool=pool, module=module)
+    app = store.deployment.app(redislock_limits={"partner": "10/s"})
+    record = GrantRecorder(store.client, log_of(app, "partner"))
     senders = [first.sender(app), second.sender(app)]
     results = [senders[n % 2].delay("share", n) for n in range(40)]
     assert sorted(result.get(timeout=60) for result in results) == list(range(40))
@@ -171,43 +131,26 @@ def test_two_tasks_sharing_a_limit_never_pass_it_together(
     assert len(grants) == 40
     assert most_in_a_window(grants, 1.0) <= 10
     assert ran(coord, "share") == list(range(40))
-    if client is not locks:
-        client.close()
 
 
 @pytest.mark.parametrize(("pool", "kind"), TOPOLOGIES)
 def test_a_call_costing_3_of_30_a_second_starts_at_most_10_a_second(
-    pool: str,
-    kind: str,
-    store: Store,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    pool: str, kind: str, store: Store
 ) -> None:
     # Seen red with the cost not given to the decision (each call one unit): 30 in one second.
     task = named_task("named.weighted", ["tokens"], rate_cost=3)
     module = settings({"tokens": "30/s"})
-    task.start(worker_process, store.urls, "-c", "2", "-n", node("cost"), pool=pool, module=module)
-    app = make_app(redislock_url=store.urls["locks"])
-    record = GrantRecorder(store.client, log_of(app, "tokens"))
-    send = task.sender(app)
-    results = [send.delay("cost", n) for n in range(30)]
-    assert sorted(result.get(timeout=60) for result in results) == list(range(30))
-    grants = record.stop()  # one entry a call: its first unit's (the others are g1:, g2:)
+    store.deployment.start(task, "-c", "2", "-n", node("cost"), pool=pool, module=module)
+    # One entry a call: its first unit's (the others are g1:, g2:).
+    grants = drain(store.client, store.deployment.app(), task, "tokens", "cost", 30)
     assert len(grants) == 30
     assert most_in_a_window(grants, 1.0) <= 10
 
 
-def test_a_call_costing_more_than_its_limit_fails_naming_it(
-    urls: dict[str, str],
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
-) -> None:
+def test_a_call_costing_more_than_its_limit_fails_naming_it(deployment: Deployment) -> None:
     task = named_task("named.costly", ["small"], rate_cost=Written("lambda task, args, kwargs: args[1]"))
-    proc = task.start(
-        worker_process, urls, "-c", "1", "-n", node("costly"), module=settings({"small": "5/s"})
-    )
-    app = make_app()
-    send = task.sender(app)
+    proc = deployment.start(task, "-c", "1", "-n", node("costly"), module=settings({"small": "5/s"}))
+    send = task.sender(deployment.app())
     fits, too_big = send.delay("costly", 5), send.delay("costly", 6)
     assert fits.get(timeout=30) == 5
     error = too_big.get(timeout=30, propagate=False)
@@ -217,19 +160,14 @@ def test_a_call_costing_more_than_its_limit_fails_naming_it(
 
 @pytest.mark.parametrize(("pool", "kind"), TOPOLOGIES)
 def test_a_limit_lowered_at_run_time_is_obeyed_by_two_workers(
-    pool: str,
-    kind: str,
-    store: Store,
-    coord: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    pool: str, kind: str, store: Store, coord: redis.Redis
 ) -> None:
     # Seen red with the runtime rates not read by the decision: 18 in a second after the change.
     task = named_task("named.lowered", ["api"])
     module = settings({"api": "20/s"})
     for _ in range(2):
-        task.start(worker_process, store.urls, "-c", "1", "-n", node("lowered"), pool=pool, module=module)
-    app = make_app(redislock_url=store.urls["locks"], redislock_limits={"api": "20/s"})
+        store.deployment.start(task, "-c", "1", "-n", node("lowered"), pool=pool, module=module)
+    app = store.deployment.app(redislock_limits={"api": "20/s"})
     locks = store.client
     record = GrantRecorder(locks, log_of(app, "api"))
     send = task.sender(app)
@@ -333,8 +271,6 @@ def test_a_429_pause_stops_every_worker_for_its_duration_and_loses_nothing(
     how: str,
     store: Store,
     coord: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
 ) -> None:
     # Seen red with the pause not written (no pause seen in Redis), with the paused call not
     # re-queued (its caller got RateLimitPaused: one call lost), and, for the method, without
@@ -349,8 +285,8 @@ def test_a_429_pause_stops_every_worker_for_its_duration_and_loses_nothing(
     module = "from celery_redislock import RateLimitPaused\n" + settings({"partner": "50/s"})
     names = [node("paused-a"), node("paused-b")]
     for name in names:
-        task.start(worker_process, store.urls, "-c", "1", "-n", name, pool=pool, module=module)
-    app = make_app(redislock_url=store.urls["locks"])
+        store.deployment.start(task, "-c", "1", "-n", name, pool=pool, module=module)
+    app = store.deployment.app()
     log = log_of(app, "partner")
     locks = store.client
     record = GrantRecorder(locks, log)
@@ -375,23 +311,12 @@ def test_a_429_pause_stops_every_worker_for_its_duration_and_loses_nothing(
 
 
 @pytest.mark.parametrize(("pool", "kind"), TOPOLOGIES)
-def test_a_burst_goes_through_then_the_steady_rate(
-    pool: str,
-    kind: str,
-    store: Store,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
-) -> None:
+def test_a_burst_goes_through_then_the_steady_rate(pool: str, kind: str, store: Store) -> None:
     # Seen red with the burst read as a window of 10 a second: 40 of the 50 postponed.
     task = named_task("named.burst", ["api"])
     module = settings({"api": "10/s burst 30"})
-    proc = task.start(worker_process, store.urls, "-c", "2", "-n", node("burst"), pool=pool, module=module)
-    app = make_app(redislock_url=store.urls["locks"])
-    record = GrantRecorder(store.client, log_of(app, "api"))
-    send = task.sender(app)
-    results = [send.delay("burst", n) for n in range(50)]
-    assert sorted(result.get(timeout=60) for result in results) == list(range(50))
-    grants = record.stop()
+    proc = store.deployment.start(task, "-c", "2", "-n", node("burst"), pool=pool, module=module)
+    grants = drain(store.client, store.deployment.app(), task, "api", "burst", 50)
     for window in (0.5, 1.0, 2.0):  # the bucket's envelope: B + N * w in any w seconds
         assert most_in_a_window(grants, window) <= 30 + 10 * window
     # The first 30 found the bucket full: at most the other 20 waited for their slot.
@@ -407,15 +332,13 @@ def test_a_task_mixes_its_own_global_rate_limit_with_a_named_limit(
     kind: str,
     store: Store,
     coord: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
 ) -> None:
     # Seen red on a Cluster with the task's own partition under its own hash tag: every call
     # failed with an OptionError (its limits in different slots).
     task = named_task("named.mixed", ["partner"], global_rate_limit="5/s")
     module = settings({"partner": "10/s"})
-    task.start(worker_process, store.urls, "-c", "2", "-n", node("mixed"), pool=pool, module=module)
-    app = make_app(redislock_url=store.urls["locks"], redislock_limits={"partner": "10/s"})
+    store.deployment.start(task, "-c", "2", "-n", node("mixed"), pool=pool, module=module)
+    app = store.deployment.app(redislock_limits={"partner": "10/s"})
     runtime = runtime_for(app)
     prefix = runtime.settings.key_prefix
     send = task.sender(app)

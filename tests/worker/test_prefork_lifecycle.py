@@ -268,10 +268,12 @@ def test_a_duplicate_on_a_busy_worker_is_skipped_and_its_caller_answered(
         assert holder.startswith(f"{running_id}@"), holder
 
         with pytest.raises(DuplicateTaskError) as caught:
-            skipped.get(timeout=5)
-        answered = time.monotonic() - sent
-        print(f"skipped duplicate answered {answered:.3f}s after sending")
-        assert answered < 3.0, "the caller of a skipped duplicate must be answered at once"
+            skipped.get(timeout=10)
+        print(f"skipped duplicate answered {time.monotonic() - sent:.3f}s after sending")
+        # Answered at once, not after waiting for the holder: it still holds the key and runs
+        # (its gate is shut); the caller's wall time is the machine's load, not the promise.
+        assert locks.get(key) == holder.encode(), "the duplicate's caller was answered after the holder"
+        assert len(coord.lrange("started:d", 0, -1)) == 1
         assert caught.value.holder == holder and caught.value.key == key
         assert caught.value.task_id == skipped.id
         assert holder in str(caught.value)

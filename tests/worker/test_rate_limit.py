@@ -5,11 +5,8 @@ loses nothing; partitions are independent; it composes with a lock per document.
 
 from __future__ import annotations
 
-import gc
 import os
 import signal
-import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -19,15 +16,13 @@ from celery import Celery
 
 from celery_redislock import SingletonTask
 from celery_redislock.config.arguments import KeyBuilder
-from celery_redislock.config.lock_client import make_client
 from celery_redislock.contrib.testing import RedisServer
 from celery_redislock.integration.runtime import run_function, runtime_for
 from celery_redislock.modes.rate_limit import rate_key
-from celery_redislock.signals import task_rate_limited
-from tests.harness import GrantRecorder, most_in_a_window
+from tests.harness import GrantRecorder, collect_requeued_results, most_in_a_window, postponed_calls
 
-from .conftest import WorkerProcess, poll, stats_of
-from .mode_harness import ModeTask
+from .conftest import poll, restore_visible, stats_of
+from .mode_harness import Deployment, ModeTask, Store, node
 
 #: Each body records its start (the host's clock, which is the Redis server's: no round trip
 #: between the start and its reading), and who ran it.
@@ -61,10 +56,6 @@ def partition_key(app: Celery, sender: Any, *args: Any) -> str:
     return rate_key(builder.key(args, {}, real))
 
 
-def node(name: str) -> str:
-    return f"{name}-{uuid.uuid4().hex[:6]}@test"
-
-
 def check_drain(coord: redis.Redis, account: str, calls: int, limit: int, *, grants: list[float]) -> None:
     """Every call ran exactly once, never re-counted as a retry, and no window of 1 s held more
     than ``limit`` starts by the limiter's log: the grants' server times, which is what the limit
@@ -79,16 +70,12 @@ def check_drain(coord: redis.Redis, account: str, calls: int, limit: int, *, gra
 
 
 def test_a_burst_on_two_prefork_workers_never_passes_the_limit(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    locks: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    deployment: Deployment, coord: redis.Redis, locks: redis.Redis
 ) -> None:
     task = call_task("20/s")
     names = [node("rate-a"), node("rate-b")]
-    procs = [task.start(worker_process, urls, "-c", "2", "-n", name) for name in names]
-    app = make_app()
+    procs = [deployment.start(task, "-c", "2", "-n", name) for name in names]
+    app = deployment.app()
     sender = task.sender(app)
     record = GrantRecorder(locks, partition_key(app, sender, "acme", 0))
     results = [sender.delay("acme", n) for n in range(200)]
@@ -107,16 +94,10 @@ def test_a_burst_on_two_prefork_workers_never_passes_the_limit(
     assert counted == postponed
 
 
-def test_partitions_are_independent(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    locks: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
-) -> None:
+def test_partitions_are_independent(deployment: Deployment, coord: redis.Redis, locks: redis.Redis) -> None:
     task = call_task("5/s")
-    task.start(worker_process, urls, "-c", "2", "-n", node("rate-parts"))
-    app = make_app()
+    deployment.start(task, "-c", "2", "-n", node("rate-parts"))
+    app = deployment.app()
     sender = task.sender(app)
     records = {account: GrantRecorder(locks, partition_key(app, sender, account, 0)) for account in "ab"}
     results = [sender.delay(account, n) for n in range(15) for account in "ab"]
@@ -129,27 +110,15 @@ def test_partitions_are_independent(
     assert max(grants["a"][0], grants["b"][0]) < min(grants["a"][-1], grants["b"][-1])
 
 
-def restore_visible(app: Celery) -> None:
-    """Give out again every message unacknowledged for longer than the visibility timeout: what
-    kombu's Redis transport does in every consumer, every ``unacked_restore_interval``."""
-    with app.connection_for_write() as conn:
-        conn.default_channel.qos.restore_visible(num=100, interval=1)
-
-
 @pytest.mark.redis_broker("redelivery of an unacknowledged message after the visibility timeout")
-def test_a_worker_killed_mid_drain_loses_nothing(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
-) -> None:
+def test_a_worker_killed_mid_drain_loses_nothing(deployment: Deployment, coord: redis.Redis) -> None:
     task = call_task("20/s")
-    doomed = task.start(worker_process, urls, "-c", "2", "-n", node("rate-doomed"))
-    task.start(worker_process, urls, "-c", "2", "-n", node("rate-kept"))
-    app = make_app(broker_transport_options={"visibility_timeout": 1})
+    doomed = deployment.start(task, "-c", "2", "-n", node("rate-doomed"))
+    deployment.start(task, "-c", "2", "-n", node("rate-kept"))
+    app = deployment.app(broker_transport_options={"visibility_timeout": 1})
     sender = task.sender(app)
     results = [sender.delay("acme", n) for n in range(100)]
-    assert poll(lambda: coord.llen("starts:acme") >= 40, 20)
+    assert poll(lambda: coord.llen("starts:acme") >= 40, 60)
     # The doomed worker holds re-published calls waiting for their slots, unacknowledged.
     for pid in [*doomed.child_pids(), doomed.pid]:
         os.kill(pid, signal.SIGKILL)
@@ -159,23 +128,19 @@ def test_a_worker_killed_mid_drain_loses_nothing(
         restore_visible(app)
         return all(result.ready() for result in results)
 
-    assert poll(all_done, 40, interval=0.3)
+    # A deadline, not a speed: 100 calls at 20/s on one -c 2 worker, on a machine maybe loaded.
+    assert poll(all_done, 120, interval=0.3)
     assert sorted(result.get(timeout=1) for result in results) == list(range(100))
     assert {n for _, n, _, _ in starts(coord, "acme")} == set(range(100))
 
 
 def test_a_redis_restart_mid_drain_loses_nothing(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    lock_server: RedisServer,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    deployment: Deployment, coord: redis.Redis, lock_server: RedisServer
 ) -> None:
     task = call_task("20/s", retry_countdown=0.3)
-    proc = task.start(
-        worker_process, {**urls, "locks": lock_server.url}, "-c", "2", "-n", node("rate-restart")
-    )
-    app = make_app(redislock_url=lock_server.url)
+    deployment = deployment.with_locks(lock_server.url)
+    proc = deployment.start(task, "-c", "2", "-n", node("rate-restart"))
+    app = deployment.app()
     sender = task.sender(app)
     results = [sender.delay("acme", n) for n in range(60)]
     assert poll(lambda: coord.llen("starts:acme") >= 25, 20)
@@ -188,33 +153,18 @@ def test_a_redis_restart_mid_drain_loses_nothing(
 
 
 @pytest.mark.parametrize(
-    ("pool", "store"),
+    ("pool", "kind"),
     [("threads", "single"), ("solo", "single"), ("gevent", "single"), ("threads", "cluster")],
 )
-def test_on_every_pool_and_on_a_cluster(
-    pool: str,
-    store: str,
-    request: pytest.FixtureRequest,
-    urls: dict[str, str],
-    coord: redis.Redis,
-    locks: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
-) -> None:
+def test_on_every_pool_and_on_a_cluster(pool: str, kind: str, store: Store, coord: redis.Redis) -> None:
     task = call_task("10/s")
-    client: Any = locks
-    if store == "cluster":
-        urls = {**urls, "locks": request.getfixturevalue("cluster").url}
-        client = make_client(urls["locks"])
-    task.start(worker_process, urls, "-c", "2", "-n", node(f"rate-{pool}"), pool=pool)
-    app = make_app(redislock_url=urls["locks"])
+    store.deployment.start(task, "-c", "2", "-n", node(f"rate-{pool}"), pool=pool)
+    app = store.deployment.app()
     sender = task.sender(app)
-    record = GrantRecorder(client, partition_key(app, sender, "acme", 0))
+    record = GrantRecorder(store.client, partition_key(app, sender, "acme", 0))
     results = [sender.delay("acme", n) for n in range(30)]
     assert sorted(result.get(timeout=30) for result in results) == list(range(30))
     check_drain(coord, "acme", 30, 10, grants=record.stop())
-    if client is not locks:
-        client.close()
 
 
 #: One at a time per document (its lock), at most 10 a second per account (the rate limit).
@@ -242,15 +192,11 @@ DOCUMENT = ModeTask(
 
 
 def test_one_at_a_time_per_document_and_n_a_second_per_account(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    locks: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    deployment: Deployment, coord: redis.Redis, locks: redis.Redis
 ) -> None:
     for name in ("rate-doc-a", "rate-doc-b"):
-        DOCUMENT.start(worker_process, urls, "-c", "2", "-n", node(name))
-    app = make_app()
+        deployment.start(DOCUMENT, "-c", "2", "-n", node(name))
+    app = deployment.app()
     sender = DOCUMENT.sender(app)
     record = GrantRecorder(locks, partition_key(app, sender, "acme", "doc0", 0))
     results = [sender.delay("acme", f"doc{n % 4}", n) for n in range(40)]
@@ -264,36 +210,10 @@ def test_one_at_a_time_per_document_and_n_a_second_per_account(
     assert len(grants) >= 40 and most_in_a_window(grants, 1.0) <= 10
 
 
-def collect_requeued_results() -> None:
-    """Free, while the test's app is open, the results of the calls its in-process worker
-    re-queued (Celery subscribes to each; an AsyncResult collected after the app closed would
-    try to unsubscribe for seconds, and fail where nobody can catch it)."""
-    gc.collect()
-
-
 def test_a_postponed_call_sends_task_rate_limited_and_is_logged(
     make_app: Callable[..., Celery], worker: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    app = make_app()
-    ran: list[int] = []
-
-    @app.task(base=SingletonTask, shared=False, name="rate.signalled", global_rate_limit="2/s")
-    def signalled(n: int) -> int:
-        ran.append(n)
-        return n
-
-    postponed: list[dict[str, Any]] = []
-
-    def receiver(sender: Any, **info: Any) -> None:
-        postponed.append({"sender": sender.name, **info})
-
-    task_rate_limited.connect(receiver, weak=False)
-    try:
-        with worker(app, pool="threads", concurrency=2):
-            results = [signalled.delay(n) for n in range(4)]
-            assert sorted(result.get(timeout=20) for result in results) == [0, 1, 2, 3]
-    finally:
-        task_rate_limited.disconnect(receiver)
+    ran, postponed, results = postponed_calls(make_app(), worker, "rate.signalled", global_rate_limit="2/s")
     assert len(postponed) >= 2 and {p["sender"] for p in postponed} == {"rate.signalled"}
     assert {p["rate"] for p in postponed} == {"2/s"} and all(p["wait"] > 0.3 for p in postponed)
     assert {p["task_id"] for p in postponed} <= {result.id for result in results}
@@ -304,16 +224,21 @@ def test_a_postponed_call_sends_task_rate_limited_and_is_logged(
     collect_requeued_results()
 
 
-def test_eager_calls_wait_for_their_slot_in_the_caller(make_app: Callable[..., Celery]) -> None:
+def test_eager_calls_wait_for_their_slot_in_the_caller(
+    make_app: Callable[..., Celery], locks: redis.Redis
+) -> None:
     app = make_app(task_always_eager=True)
+    started: list[float] = []
 
     @app.task(base=SingletonTask, shared=False, name="rate.eager", global_rate_limit="2/s")
     def eager(n: int) -> int:
+        seconds, micros = locks.time()  # the server's clock, which the limit's slots are on
+        started.append(seconds + micros / 1e6)
         return n
 
-    began = time.monotonic()
     assert [eager.delay(n).get() for n in range(3)] == [0, 1, 2]
-    assert 0.9 < time.monotonic() - began < 3  # the third waited for the next second
+    # The third waited in the caller for the window of the first to pass (not an error, not a skip).
+    assert started[2] - started[0] > 0.9, started
 
 
 def test_a_call_that_would_expire_before_its_slot_ends_revoked(

@@ -4,7 +4,6 @@ raised by a body sends ``task_rate_paused``; the calls still run, each once."""
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -13,38 +12,21 @@ from celery import Celery
 from celery_redislock import RateLimitPaused, SingletonTask
 from celery_redislock.integration.runtime import runtime_for
 from celery_redislock.modes.rate_calls import named_log
-from celery_redislock.signals import task_rate_limited, task_rate_paused
+from celery_redislock.signals import task_rate_paused
+from tests.harness import collect_requeued_results, postponed_calls, received
 
 
 def test_a_call_postponed_by_a_named_limit_sends_task_rate_limited(
     make_app: Callable[..., Celery], worker: Callable[..., Any]
 ) -> None:
     app = make_app(redislock_limits={"partner": "2/s"})
-    ran: list[int] = []
-
-    @app.task(base=SingletonTask, shared=False, name="named.signalled", rate_limits=["partner"])
-    def signalled(n: int) -> int:
-        ran.append(n)
-        return n
-
-    postponed: list[dict[str, Any]] = []
-
-    def receiver(sender: Any, **info: Any) -> None:
-        postponed.append({"sender": sender.name, **info})
-
-    task_rate_limited.connect(receiver, weak=False)
-    try:
-        with worker(app, pool="threads", concurrency=2):
-            results = [signalled.delay(n) for n in range(4)]
-            assert sorted(result.get(timeout=20) for result in results) == [0, 1, 2, 3]
-    finally:
-        task_rate_limited.disconnect(receiver)
+    ran, postponed, results = postponed_calls(app, worker, "named.signalled", rate_limits=["partner"])
     assert len(postponed) >= 2 and {p["sender"] for p in postponed} == {"named.signalled"}
     log = named_log(runtime_for(app).settings.key_prefix, "partner")
     assert {p["key"] for p in postponed} == {log} and {p["rate"] for p in postponed} == {"partner 2/s"}
     assert {p["task_id"] for p in postponed} <= {result.id for result in results}
     assert sorted(ran) == [0, 1, 2, 3]
-    gc.collect()  # the re-queued calls' results, freed while the app is open
+    collect_requeued_results()
 
 
 def test_a_pause_raised_by_a_body_sends_task_rate_paused(
@@ -63,18 +45,9 @@ def test_a_pause_raised_by_a_body_sends_task_rate_paused(
             raise RateLimitPaused(retry_after=0.5, limits=["partner"])
         return n
 
-    paused: list[dict[str, Any]] = []
-
-    def receiver(sender: Any, signal: Any, **info: Any) -> None:
-        paused.append({"sender": sender.name, **info})
-
-    task_rate_paused.connect(receiver, weak=False)
-    try:
-        with worker(app, pool="threads", concurrency=1):
-            result = pausing.delay(7)
-            assert result.get(timeout=20) == 7
-    finally:
-        task_rate_paused.disconnect(receiver)
+    with received(task_rate_paused) as paused, worker(app, pool="threads", concurrency=1):
+        result = pausing.delay(7)
+        assert result.get(timeout=20) == 7
     log = named_log(runtime_for(app).settings.key_prefix, "partner")
     assert paused == [
         {
@@ -86,4 +59,4 @@ def test_a_pause_raised_by_a_body_sends_task_rate_paused(
         }
     ]
     assert ran == [7, 7]  # re-queued after the pause, run again: not lost
-    gc.collect()
+    collect_requeued_results()

@@ -5,18 +5,17 @@ in turn; a per-queue ``lock_on="enqueue"`` refuses a duplicate at send."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import redis
 from amqp.exceptions import ChannelError
 from celery import Celery
 
-from celery_redislock.contrib.testing import WorkerProcess, poll
+from celery_redislock.contrib.testing import poll
 from celery_redislock.integration.queues import lane_name
 
 from .conftest import queued_count
-from .mode_harness import ModeTask, node
+from .mode_harness import Deployment, ModeTask, node
 
 BODY = """
 coord.rpush("starts", tenant)
@@ -49,32 +48,18 @@ def lane_sizes(app: Celery) -> list[int]:
 
 
 def test_a_per_queue_fair_key_given_only_through_task_routes_makes_the_call_fair(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    deployment: Deployment, coord: redis.Redis
 ) -> None:
     task, conf, module = routed("routed.fair", {"fair_key": ["tenant"], "fair_lanes": LANES})
-    app = make_app(**conf)
+    app = deployment.app(**conf)
     sender = task.sender(app)
     calls = [("A", n) for n in range(FLOOD)] + [("B", n) for n in range(FEW)]
     results = [sender.delay(*call) for call in calls]  # all queued before any worker runs
     # Each tenant in a lane of the routed queue, none in the queue itself.
     assert sorted(lane_sizes(app)) == [0, 0, FEW, FLOOD]
     assert size(app, QUEUE) == 0
-    task.start(
-        worker_process,
-        urls,
-        "-c",
-        "1",
-        "--prefetch-multiplier",
-        "1",
-        "-Q",
-        QUEUE,
-        "-n",
-        node("routed"),
-        module=module,
-    )
+    worker = ("-c", "1", "--prefetch-multiplier", "1", "-Q", QUEUE, "-n", node("routed"))
+    deployment.start(task, *worker, module=module)
     assert poll(lambda: coord.llen("starts") >= len(calls), 300, interval=0.2), coord.llen("starts")
     assert sorted(result.get(timeout=30) for result in results) == sorted(n for _, n in calls)
     order = [entry.decode() for entry in coord.lrange("starts", 0, -1)]
@@ -85,19 +70,16 @@ def test_a_per_queue_fair_key_given_only_through_task_routes_makes_the_call_fair
 
 
 def test_a_per_queue_lock_on_enqueue_given_only_through_task_routes_refuses_at_send(
-    urls: dict[str, str],
-    coord: redis.Redis,
-    make_app: Callable[..., Celery],
-    worker_process: Callable[..., WorkerProcess],
+    deployment: Deployment, coord: redis.Redis
 ) -> None:
     task, conf, module = routed("routed.enqueue", {"lock_on": "enqueue", "lock_key": ["tenant"]})
-    app = make_app(**conf)
+    app = deployment.app(**conf)
     sender = task.sender(app)
     first = sender.delay("acme", 0)
     again = sender.delay("acme", 1)  # its key is queued already: not sent, answered with the first
     assert again.id == first.id
     assert size(app, QUEUE) == 1
-    task.start(worker_process, urls, "-c", "1", "-Q", QUEUE, "-n", node("routed-enqueue"), module=module)
+    deployment.start(task, "-c", "1", "-Q", QUEUE, "-n", node("routed-enqueue"), module=module)
     assert first.get(timeout=30) == 0
     assert [entry.decode() for entry in coord.lrange("starts", 0, -1)] == ["acme"]
     assert size(app, QUEUE) == 0
