@@ -1,11 +1,12 @@
-"""Which queue a message was consumed from: what per-queue options (``redislock_queues``) key on."""
+"""Which queue a message was consumed from, and which one a send goes to: what per-queue options
+(``redislock_queues``) key on."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["LANE_MARK", "QUEUE_FIELD", "base_queue", "consumed_queue", "lane_name"]
+__all__ = ["LANE_MARK", "QUEUE_FIELD", "base_queue", "consumed_queue", "destination", "lane_name"]
 
 #: The request attribute carrying the queue a message was consumed from: set by the worker's
 #: consumer (``worker_handlers``), read where a task's options are resolved (``task``).
@@ -52,3 +53,23 @@ def consumed_queue(
     if not matches:
         return None
     return base_queue(str(routing_key) if routing_key in matches else str(matches[0]))
+
+
+def destination(task: Any, options: Mapping[str, Any], args: Any, kwargs: Any) -> str:
+    """The queue a send goes to, as Celery picks it: the send's ``queue``, else the task's, else
+    its route (``task_routes``, the default queue). A retry is sent back by the exchange and
+    routing key it came from, which Celery's route does not override: the queue bound so, as the
+    worker matches it (``consumed_queue``); a lane's retry names its lane by routing key. A lane
+    is named by its queue (``base_queue``), as the worker names the queue it consumed."""
+    routing_key = options.get("routing_key")
+    if options.get("queue") is None and isinstance(routing_key, str):
+        if LANE_MARK in routing_key:
+            return base_queue(routing_key)
+        if options.get("exchange") is not None:
+            bound = consumed_queue(options, task.app.amqp.queues.values(), {})
+            if bound is not None:
+                return bound
+    queue = options.get("queue") or getattr(task, "queue", None)
+    if queue is None:
+        queue = task.app.amqp.router.route({}, task.name, args or (), kwargs or {}).get("queue")
+    return base_queue(str(getattr(queue, "name", queue)))

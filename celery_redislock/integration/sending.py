@@ -19,6 +19,7 @@ from ..engine.leases import REDIS_ERRORS
 from ..engine.timing import to_ms
 from ..errors import LockUnavailableError
 from .mode import Plan, Send
+from .queues import destination
 from .runtime import Runtime, app_layers_ask, runtime_for
 from .signals import send_duplicate
 
@@ -126,13 +127,14 @@ def unreachable_at_send(
     log.warning("Sending %s[%s] %s: Redis at %s is unreachable (%r)", task.name, task_id, sent, url, exc)
 
 
-def send_plan(task: Any, options: Mapping[str, Any]) -> tuple[Runtime, Plan]:
-    """The app's runtime and the task's plan for the queue a send is routed to (``queue`` in the
-    send's options, a name or a kombu Queue; without one, no queue layer)."""
-    queue = options.get("queue")
-    queue_name = getattr(queue, "name", queue)
+def send_plan(task: Any, options: Mapping[str, Any], args: Any, kwargs: Any) -> tuple[Runtime, Plan]:
+    """The app's runtime and the task's plan for the queue a send goes to, as Celery routes it
+    (``destination``: the send's ``queue``, the task's, ``task_routes``), so a routed call gets
+    the queue layer its worker will resolve. Routed only when some queue layer exists: the
+    router is not free and this is every planned send's path."""
     runtime = runtime_for(task.app)
-    return runtime, runtime.plan(task, queue_name if isinstance(queue_name, str) else None)
+    queue = destination(task, options, args, kwargs) if runtime.settings.queues else None
+    return runtime, runtime.plan(task, queue)
 
 
 def keyed_headers(

@@ -48,7 +48,7 @@ from ..errors import OptionError
 from ..integration.acquisition import Execution
 from ..integration.mode import Send
 from ..integration.outcomes import requeue
-from ..integration.queues import LANE_MARK, base_queue, lane_name
+from ..integration.queues import destination, lane_name
 from ..integration.runtime import Runtime, app_layers_ask, run_function, runtime_for
 from .fair_receipt import FAIR_HEADER
 
@@ -272,18 +272,6 @@ class FairShareGate:
         tenant's name (a digest: any name fits a key and its slot); ``celery redislock list``
         shows it."""
         return slot_key(format_key(runtime.settings.key_prefix, task.name, digest(tenant)), CAP_SUFFIX)
-
-
-def destination(task: Any, options: Mapping[str, Any], args: Any, kwargs: Any) -> str:
-    """The queue a send goes to, as Celery picks it: the send's ``queue``, else the task's, else
-    its route (``task_routes``, the default queue). A lane's retry names its lane by routing key."""
-    routing_key = options.get("routing_key")
-    if options.get("queue") is None and isinstance(routing_key, str) and LANE_MARK in routing_key:
-        return base_queue(routing_key)
-    queue = options.get("queue") or getattr(task, "queue", None)
-    if queue is None:
-        queue = task.app.amqp.router.route({}, task.name, args or (), kwargs or {}).get("queue")
-    return base_queue(str(getattr(queue, "name", queue)))
 
 
 def expires_at(task: Any, options: Mapping[str, Any]) -> float | None:

@@ -14,9 +14,10 @@ import celery_redislock.modes  # noqa: F401  (registers the modes and the gates)
 from celery_redislock import OptionError, SingletonTask
 from celery_redislock.config.options import resolve, validate
 from celery_redislock.integration.bootstep import gate_queues
-from celery_redislock.integration.queues import base_queue, consumed_queue, lane_name
-from celery_redislock.integration.runtime import runtime_for
-from celery_redislock.modes.fair_share import GATE, destination, lane_route
+from celery_redislock.integration.queues import base_queue, consumed_queue, destination, lane_name
+from celery_redislock.integration.runtime import reset_runtime, runtime_for
+from celery_redislock.integration.sending import send_plan
+from celery_redislock.modes.fair_share import GATE, lane_route
 
 TASK = "task 'proj.sync'"
 
@@ -196,6 +197,57 @@ def test_the_queue_a_send_goes_to_is_celerys_choice(app: Celery) -> None:
         "exchange": "",
         "routing_key": "bulk.fair.3",
     }
+
+
+def test_a_routed_send_gets_the_queue_layer_its_worker_resolves(app: Celery) -> None:
+    # The queue layer given only through task_routes (or the task's queue): the send's plan is
+    # the one the worker consuming that queue resolves, a lane's retry its queue's.
+    app.conf.task_routes = {"proj.routed": {"queue": "reports"}}
+    app.conf.redislock_queues = {"reports": {"fair_key": ["a"]}, "bulk": {"lock_on": "enqueue"}}
+
+    @app.task(base=SingletonTask, shared=False, name="proj.routed")
+    def routed_task(a: str) -> None: ...
+
+    @app.task(base=SingletonTask, shared=False, name="proj.own", queue="bulk")
+    def own_task(a: str) -> None: ...
+
+    routed, own = routed_task._get_current_object(), own_task._get_current_object()
+
+    assert send_plan(routed, {}, ("x",), {})[1].options.value("fair_key") == ("a",)
+    assert send_plan(own, {}, ("x",), {})[1].options.lock_on == "enqueue"
+    assert send_plan(routed, {"queue": "bulk"}, ("x",), {})[1].options.lock_on == "enqueue"
+    retry = {"exchange": "reports.fair.3", "routing_key": "reports.fair.3"}
+    assert send_plan(own, retry, ("x",), {})[1].options.value("fair_key") == ("a",)
+    # A retry of a call consumed from a declared queue goes back by its exchange and routing key,
+    # whatever the task's route: that queue's layer, as its worker resolves it.
+    app.amqp.queues.select_add("bulk")
+    back = {"exchange": app.amqp.queues["bulk"].exchange.name, "routing_key": "bulk"}
+    assert send_plan(routed, back, ("x",), {})[1].options.lock_on == "enqueue"
+    assert destination(routed, {"exchange": "unbound", "routing_key": "nowhere"}, (), {}) == "reports"
+    worker_side = runtime_for(app).plan(routed, "reports")
+    assert send_plan(routed, {}, ("x",), {})[1] is worker_side
+
+
+def test_a_send_is_not_routed_when_no_queue_layer_exists(
+    app: Celery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every planned send's path: the router is asked only where a queue layer could apply.
+    app.conf.redislock_options = {"fair_key": ["a"]}
+
+    @app.task(base=SingletonTask, shared=False, name="proj.plain")
+    def plain_task(a: str) -> None: ...
+
+    plain = plain_task._get_current_object()
+
+    asked: list[str] = []
+    route = app.amqp.router.route
+    monkeypatch.setattr(app.amqp.router, "route", lambda *call: asked.append(call[1]) or route(*call))
+    assert send_plan(plain, {}, ("x",), {})[1].options.value("fair_key") == ("a",)
+    assert asked == []
+    app.conf.redislock_queues = {"reports": {"fair_lanes": 4}}
+    reset_runtime(app)
+    send_plan(plain, {}, ("x",), {})
+    assert asked == ["proj.plain"]
 
 
 def test_lanes_not_declared_where_celery_makes_no_queue_are_named(app: Celery) -> None:

@@ -22,9 +22,10 @@ from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
 from celery_redislock.engine.keys import fair_keys
 from celery_redislock.integration.liveness import process_alive
 from celery_redislock.integration.runtime import runtime_for
+from celery_redislock.modes.fair_share import GATE
 from celery_redislock.ops.fair import reset_fair
 
-from .conftest import restore_visible
+from .conftest import restore_visible, stats_of
 from .mode_harness import Deployment, ModeTask, node
 
 #: Held while ``hold`` is set, before it does anything (so a kill then leaves nothing half
@@ -231,3 +232,79 @@ def test_a_lock_redis_flushed_or_restarted_mid_drain_loses_nothing_and_completes
     with lock_server.client() as client:
         loads = client.hgetall(fair_keys(runtime_for(app).settings.key_prefix, "celery")[0])
     assert all(int(load) >= 0 for load in loads.values()), loads  # never counted out twice
+
+
+#: A capped call: held at its start (its slot taken) on the worker named in ``holding``;
+#: elsewhere it counts how many of its tenant run at once, then completes.
+CAPPED_BODY = """
+if coord.sismember("holding", self.request.hostname):
+    coord.rpush("held", f"{tenant} {self.request.id}")
+    coord.blpop("never-opened", timeout=60)
+running = coord.incr("running:" + tenant)
+coord.rpush("peaks:" + tenant, running)
+coord.rpush("ran", f"{tenant} {n} {self.request.id}")
+coord.decr("running:" + tenant)
+return n
+"""
+
+
+def test_a_worker_killed_holding_cap_slots_loses_nothing_and_its_slots_come_back(
+    deployment: Deployment, coord: redis.Redis, locks: redis.Redis
+) -> None:
+    # A short lock_timeout: the TTL of a cap slot whose holder stopped renewing it.
+    task = ModeTask(
+        "fair.capkill",
+        "tenant, n",
+        CAPPED_BODY,
+        {"fair_key": ["tenant"], "fair_lanes": 4, "fair_cap": 1, "acks_late": True, "lock_timeout": 4},
+    )
+    app = deployment.app(broker_transport_options={"visibility_timeout": 10})
+    sender = task.sender(app)
+    doomed_name = node("cap-doomed")
+    coord.sadd("holding", doomed_name)
+    # Its prefetch (2) full with one call of each tenant, both held with their tenant's slot.
+    doomed = deployment.start(task, "-c", "2", "--prefetch-multiplier", "1", "-n", doomed_name)
+    first = [sender.delay("A", 0), sender.delay("B", 0)]
+    assert poll(lambda: coord.llen("held") == 2, 30), doomed.log()[-3000:]
+    later = [("A", n) for n in range(1, 10)] + [("B", n) for n in range(1, 5)]
+    results = first + [sender.delay(*call) for call in later]
+    kept_name = node("cap-kept")
+    kept = deployment.start(task, "-c", "2", "-n", kept_name)
+    runtime = runtime_for(app)
+    real = app.tasks[task.name]
+    options = runtime.plan(real, None).options
+    slots = {tenant: GATE.cap_key(runtime, real, options, tenant) for tenant in "AB"}
+
+    def capped_on_kept() -> int:
+        stats = stats_of(app, kept_name)
+        return int(stats["counters"]["fair_capped"]) if stats else 0
+
+    # The other worker alive: while the doomed holds both slots, its calls wait over the cap.
+    assert poll(lambda: capped_on_kept() > 0, 30), kept.log()[-3000:]
+    assert coord.llen("ran") == 0
+    for slot in slots.values():
+        assert len(runtime.semaphores.holders(slot)) == 1
+    pool = doomed.child_pids()
+    for pid in [*pool, doomed.pid]:
+        os.kill(pid, signal.SIGKILL)
+    doomed.process.wait(10)
+    assert poll(lambda: not any(process_alive(pid) for pid in pool), 10)
+    held = [entry.decode().split()[1] for entry in coord.lrange("held", 0, -1)]
+
+    def done() -> bool:
+        if deployment.urls["broker"].startswith("redis"):  # the dead worker's two given out again
+            restore_visible(app)
+        return all(result.ready() for result in results)
+
+    # The dead holder's slots expire (nothing renews them), then each tenant's calls run.
+    assert poll(done, 120, interval=0.2), kept.log()[-3000:]
+    calls = [("A", 0), ("B", 0), *later]
+    assert sorted(result.get(timeout=1) for result in results) == sorted(n for _, n in calls)
+    assert ran(coord) == Counter(calls)  # every call completed, once
+    completed = {entry.decode().split()[2] for entry in coord.lrange("ran", 0, -1)}
+    assert set(held) <= completed  # the calls killed holding the slots ran on the other worker
+    for tenant in "AB":  # one at a time, the cap, before the kill and after it
+        assert {int(peak) for peak in coord.lrange(f"peaks:{tenant}", 0, -1)} == {1}
+    # Every slot given back, every call counted out of its backlog once: no count below zero.
+    assert poll(lambda: all(not runtime.semaphores.holders(slot) for slot in slots.values()), 15)
+    assert poll(lambda: backlogs(app, locks) == [{}, {}, {}], 15), backlogs(app, locks)
