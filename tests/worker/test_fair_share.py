@@ -193,7 +193,7 @@ def test_redis_unreachable_at_send_sends_to_the_hashed_lane(
 
 
 @pytest.mark.redis_broker(
-    "RabbitMQ drops an expired message in the broker: no worker sees it to count it out"
+    "RabbitMQ drops an expired message in the broker: no worker revokes it (test_fair_expiry.py)"
 )
 def test_an_expired_call_is_counted_out_of_its_backlog(deployment: Deployment, coord: redis.Redis) -> None:
     task = fair(fair_lanes=2)
@@ -203,7 +203,8 @@ def test_an_expired_call_is_counted_out_of_its_backlog(deployment: Deployment, c
     expired = [sender.apply_async(("acme", n), expires=gone) for n in range(3)]
     sent = [Sent(sender.delay("bravo", 0), ("bravo", 0))]
     lanes = FairLanes(ScriptRunner(redis.Redis.from_url(deployment.urls["locks"])), "redislock", "celery")
-    assert lanes.state().queued == 4
+    # Each send sweeps a few calls whose expiry passed: some of the three may be counted out already.
+    assert lanes.state().backlog("bravo") == 1 and lanes.state().queued >= 1
     deployment.start(task, "-c", "1", "-n", node("fair-expired"))
     drain(coord, sent, 1)
     assert all(result.get(timeout=15, propagate=False) is not None for result in expired)  # revoked
