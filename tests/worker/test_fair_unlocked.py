@@ -62,6 +62,17 @@ def test_two_calls_with_the_same_arguments_run_at_once(
     assert [result.get(timeout=30) for result in results] == ["done t", "done t"]
 
 
+#: Counts the tenant's calls running at once (its peak at each start), as test_fair_share does.
+CAPPED_BODY = """
+import time
+running = coord.incr("running:" + tenant)
+coord.rpush("peaks:" + tenant, running)
+time.sleep(0.2)  # long enough that two starts overlap if the cap let them
+coord.decr("running:" + tenant)
+return n
+"""
+
+
 #: Records each start as the rate-limit tests do; call 0 pauses its limit once (a 429) by
 #: ``self.request.redislock.pause`` when ``pause`` is set.
 RATE_BODY = """
@@ -99,3 +110,21 @@ def test_request_redislock_pause_pauses_a_rate_limit_without_the_lock(
     sender = task.sender(deployment.app())
     assert sender.delay("acme", 0, True).get(timeout=30) == 0
     assert "raised RateLimitPaused" in proc.log()
+
+
+def test_the_cap_holds_without_the_lock(
+    coord: redis.Redis, locks: redis.Redis, deployment: Deployment
+) -> None:
+    # Seen red with fair_cap left out: A's calls ran two at once (peaks 1 and 2).
+    options = {"fair_key": ["tenant"], "fair_cap": 1, "lock": False}
+    task = ModeTask("fair.unlocked_capped", "tenant, n", CAPPED_BODY, options)
+    name = node("fair-unlocked-cap")
+    deployment.start(task, "-c", "2", "-n", name)
+    app = deployment.app()
+    sender = task.sender(app)
+    # The same arguments each time: the lock would refuse all but one; the cap runs them in turn.
+    results = [sender.delay("A", 0) for _ in range(8)]
+    assert [result.get(timeout=120) for result in results] == [0] * 8
+    assert [int(peak) for peak in coord.lrange("peaks:A", 0, -1)] == [1] * 8
+    stats = stats_of(app, name)
+    assert stats is not None and stats["counters"]["acquired"] == 0
