@@ -11,7 +11,7 @@ from .harness import _paired_ci, _paired_ratio
 from .report import head
 
 #: The variants in the table's order (``benchmarks.fair_share.VARIANTS`` names them).
-ORDER = ("plain", "lanes", "lock", "fair")
+ORDER = ("plain", "lanes", "lock", "fair", "fair-nolock")
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -44,6 +44,7 @@ LABELS = {
     "lanes": "plain Celery task, the worker consuming the lanes too",
     "lock": "`SingletonTask` (the lock alone)",
     "fair": '`SingletonTask`, `fair_key=["tenant"]`',
+    "fair-nolock": '`SingletonTask`, `fair_key=["tenant"]`, `lock=False`',
 }
 
 
@@ -104,6 +105,13 @@ def markdown(figures: dict[str, Any], command: str) -> str:
                 for variant, row in counted.items()
             )
             + ".",
+        ]
+    if "fair-nolock" in rates and "fair" in rates:
+        lines += [
+            "",
+            "What the lock costs fair share: the fair task without its lock (`lock=False`) over the "
+            f"fair task with it, paired per run: {_versus(rates, 'fair-nolock', 'fair')}; by CPU per "
+            f"call: {_pooled(cpus, 'fair-nolock', 'fair')}.",
         ]
     if "fair" in rates and "lock" in rates:
         lines += [

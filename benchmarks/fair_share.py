@@ -59,7 +59,15 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # The lock alone: what fair share adds to a SingletonTask is fair's rate over this one's.
     "lock": ("SingletonTask", {}),
     "fair": ("SingletonTask", {"fair_key": ["tenant"]}),
+    # Fair share without the lock: what the lanes cost a task that needs no de-duplication.
+    "fair-nolock": ("SingletonTask", {"fair_key": ["tenant"], "lock": False}),
 }
+
+
+def ident(variant: str) -> str:
+    """``variant`` as a Python name (its task function's, its worker module's)."""
+    return variant.replace("-", "_")
+
 
 #: The worker's app module: each body records its start in the coordination database.
 WORKER_MODULE = """
@@ -91,7 +99,7 @@ def record(run, tenant, seq, sent):
 TASK_SOURCE = """
 
 @app.task(base={base}, name="fair_bench.{variant}"{options})
-def {variant}(run, tenant, seq, sent):
+def {func}(run, tenant, seq, sent):
     record(run, tenant, seq, sent)
 """
 
@@ -208,7 +216,7 @@ def worker_source(urls: dict[str, str], variant: str, args: argparse.Namespace) 
     source = WORKER_MODULE.format(queue=QUEUE, prefetch=args.prefetch, body_s=args.body_ms / 1000, **urls)
     base, options = variant_options(variant, args)
     written = "".join(f", {key}={value!r}" for key, value in options.items())
-    source += TASK_SOURCE.format(base=base, variant=variant, options=written)
+    source += TASK_SOURCE.format(base=base, variant=variant, func=ident(variant), options=written)
     if variant == "lanes":
         source += LANES_SOURCE.format(lanes=args.lanes)
     return textwrap.dedent(source)
@@ -249,7 +257,7 @@ class Bench:
             self.app, self.unavailable = caller(urls, self.args.variants, self.args)
             self.variants = [v for v in self.args.variants if v not in self.unavailable]
             for variant in self.variants:
-                (self.workdir / f"bench_fair_{variant}.py").write_text(
+                (self.workdir / f"bench_fair_{ident(variant)}.py").write_text(
                     worker_source(urls, variant, self.args), encoding="utf-8"
                 )
             self.coord = self.main.client(db=3)
@@ -271,7 +279,9 @@ class Bench:
         for seq in range(args.n):
             task.apply_async((run, "A", seq, time.time()))
         worker = WorkerProcess(
-            self.workdir, f"bench_fair_{variant}", ["-P", "prefork", "-c", str(args.concurrency), "-Q", QUEUE]
+            self.workdir,
+            f"bench_fair_{ident(variant)}",
+            ["-P", "prefork", "-c", str(args.concurrency), "-Q", QUEUE],
         )
         try:
             worker.wait_ready(timeout=60)
@@ -396,7 +406,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--body-ms", type=float, default=0.0, help="CPU ms each body spins")
     parser.add_argument("--lanes", type=int, default=16, help="fair_lanes of the fair tasks")
     parser.add_argument("--broker", choices=("redis", "rabbitmq"), default="redis")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated: plain, lock, fair")
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help="comma-separated: plain, lanes, lock, fair, fair-nolock",
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a drain may take")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where fair_share.md/.json/.png go")
     add_server_option(parser)

@@ -22,6 +22,7 @@ from ..engine.checks import (
 from ..engine.timing import DEFAULT_TIMEOUT, renew_interval, to_ms
 from ..errors import OptionError
 from .arguments import LockKey, LockKeyFunc, check_lock_key
+from .lock_only import drop_broader, unlocked_clash
 from .mode_rules import mode_clash
 from .schema import LockOption, OptionSpec, add_options, option_names, option_specs, spec_of
 
@@ -137,6 +138,14 @@ class LockOptions:
         "What a skipped call stores: ``failure`` (``DuplicateTaskError``), ``success`` (a dict "
         "naming the holder) or ``ignore`` (nothing, except in a chord: ``failure``).",
         "str",
+    )
+    lock = LockOption(
+        "lock",
+        True,
+        check_flag,
+        "False: the call takes no lock (no key, no duplicates refused); fair share and the rate "
+        "limits still apply. The options that only mean something with a lock are refused with it.",
+        "bool",
     )
 
     #: The registered modes' options, ``(name, value)`` in name order: a tuple, so options
@@ -282,8 +291,12 @@ def _clash(options: Mapping[str, Any], *, merged: bool = False) -> tuple[str, st
 
     A semaphore (``max_concurrency`` > 1) is taken by each execution for itself: it is not
     taken at enqueue, nor handed over to a retry, and its slots, held side by side, have no
-    fencing token to order them. Then the registered modes' rules (``mode_clash``).
+    fencing token to order them. Then the registered modes' rules (``mode_clash``). First of all,
+    ``lock=False`` with an option that needs the lock (``lock_only``).
     """
+    unlocked = unlocked_clash(options)
+    if unlocked is not None:
+        return unlocked
     limit = options.get("max_concurrency") or 1
     if limit > 1 and options.get("lock_on") == "enqueue":
         problem = f"'enqueue' cannot be used with max_concurrency={limit} (use 'execute')"
@@ -341,6 +354,7 @@ def resolve(
             if value is not None:
                 merged[name] = value
                 origin[name] = source
+    drop_broader(merged, origin, [source for _, source in layers])
     renew = merged.get("renew_interval")
     timeout = merged.get("lock_timeout", LockOptions.lock_timeout.default)
     if renew is not None and renew >= timeout:

@@ -21,6 +21,7 @@ from typing import Any, Callable, ClassVar, NoReturn, Protocol
 from celery.utils.dispatch import Signal
 
 from ..config.arguments import KeyBuilder
+from ..config.lock_only import add_lock_only
 from ..config.mode_rules import Clash, add_rule
 from ..config.options import LockOptions
 from ..config.schema import OptionSpec, add_options
@@ -156,13 +157,15 @@ class Gate(Protocol):
 class Plan:
     """What a task needs to lock one execution: its resolved options, its key builder, its mode
     and the gates it passes through first; ``tallies``, the task's counts of every locked run,
-    bound once (None: an execution binds its own)."""
+    bound once (None: an execution binds its own); ``locked``, False for ``lock=False`` (the
+    gates only: no key, no lock)."""
 
     options: LockOptions
     keys: KeyBuilder
     mode: Mode
     gates: tuple[Gate, ...] = ()
     tallies: TaskTallies | None = None
+    locked: bool = True
 
     def key(self, task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
         return self.keys.key(args, kwargs, task)
@@ -207,6 +210,8 @@ def register(mode: Mode, *, default: bool = False) -> None:
         raise ValueError(f"mode {mode.name!r} names no option that selects it (its 'option')")
     _check_signals(mode.signals, f"the {mode.name} mode")
     add_options(mode.options)
+    # A mode is a way of holding the lock: none of its options means anything with lock=False.
+    add_lock_only({spec.name: f"the {mode.name} mode works through the lock" for spec in mode.options})
     add_counters(mode.counters, f"the {mode.name} mode")
     _signals.update(mode.signals)
     _modes.append(mode)

@@ -41,6 +41,8 @@ def release_for(task: SingletonTask, context: Any, why: str, pid: int | None = N
     try:
         runtime = runtime_for(task.app)
         plan = runtime.plan(task, getattr(context, QUEUE_FIELD, None))
+        if not plan.locked:  # lock=False: it held nothing
+            return False
         key = lock_key(task, context)
         task_id = str(context.id)
         engine = runtime.engine_for(plan.options)  # a lock, or a semaphore's slots

@@ -12,7 +12,7 @@ from ..engine.timing import server_time
 from ..errors import RateLimitPaused
 from .signals import lock_lost, lock_retaken, send_lease_event
 
-__all__ = ["RedisLockInfo", "unwatch", "watch"]
+__all__ = ["UNLOCKED", "RedisLockInfo", "Unlocked", "unwatch", "watch"]
 
 
 class RedisLockInfo:
@@ -84,6 +84,32 @@ class RedisLockInfo:
 
     def __repr__(self) -> str:
         return f"<RedisLockInfo key={self.key!r} holder={self.holder!r} token={self.token} lost={self.lost}>"
+
+
+class Unlocked:
+    """``self.request.redislock`` of a task with ``lock=False``: no lock, so no key, holder or
+    token, and false in a test (as None is); ``pause`` works as a locked task's, so a body that
+    pauses its rate limits runs either way."""
+
+    __slots__ = ()
+    key = None
+    holder = None
+    token = None
+    lost = False
+
+    def __bool__(self) -> bool:
+        return False
+
+    def pause(self, retry_after: float, limits: list[str] | tuple[str, ...] | None = None) -> NoReturn:
+        """As ``RedisLockInfo.pause``: raises ``RateLimitPaused``."""
+        raise RateLimitPaused(retry_after, limits)
+
+    def __repr__(self) -> str:
+        return "<Unlocked: lock=False>"
+
+
+#: The one ``Unlocked``: it holds nothing, so every call shares it.
+UNLOCKED = Unlocked()
 
 
 # The executions this process holds a lock for, by (key, holder): renewal reports find them here.

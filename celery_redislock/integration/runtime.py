@@ -136,7 +136,8 @@ class Runtime:
             options = self.settings.options_for(task.name, task_options(type(task)), cache_key[1])
             lock_key = options.lock_key
             builder = KeyBuilder(self.settings.key_prefix, task.name, run_function(type(task)), lock_key)
-            plan = Plan(options, builder, mode_for(options), gates_for(options), TaskTallies(task.name))
+            mode, gates = mode_for(options), gates_for(options)
+            plan = Plan(options, builder, mode, gates, TaskTallies(task.name), options.lock)
             for gate in plan.gates:  # what only the app shows (a limit name no setting declares)
                 check = getattr(gate, "check_plan", None)
                 if check is not None:

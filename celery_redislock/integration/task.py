@@ -23,6 +23,7 @@ from .keywords import CELERY_NAMES, check_keywords
 from .mode import Plan, Send, registered, registered_gates
 from .plain import PlainMode  # noqa: F401  (imported: registers the default mode)
 from .queues import QUEUE_FIELD
+from .request_lock import UNLOCKED
 from .runtime import Runtime, run_function, runtime_for, send_routes, task_options
 
 __all__ = ["KEY_HEADER", "SingletonTask"]
@@ -72,6 +73,7 @@ class SingletonTask(_TaskBase):
         max_concurrency: ClassVar[int | None]
         fencing: ClassVar[bool | None]
         skip_result: ClassVar[str | None]
+        lock: ClassVar[bool | None]
         lock_until: ClassVar[str | None]
         throttle: ClassVar[float | None]
         keep_latest: ClassVar[bool | None]
@@ -109,11 +111,15 @@ class SingletonTask(_TaskBase):
         # a default that misses raises and catches an AttributeError, twice a task.
         fields = vars(request)
         plan = runtime.plan(self, fields.get(QUEUE_FIELD))
-        # A task locked at enqueue (or re-published) carries its key: JSON may have changed its
-        # arguments' types since. Kept on the request, so a retry carries it on.
-        key = fields.get(KEY_HEADER) or plan.keys.key(args, kwargs, self)
-        fields[KEY_HEADER] = key
-        fields[INFO_FIELD] = None  # until it holds the lock: never while it runs unlocked
+        if plan.locked:
+            # A task locked at enqueue (or re-published) carries its key: JSON may have changed
+            # its arguments' types since. Kept on the request, so a retry carries it on.
+            key = fields.get(KEY_HEADER) or plan.keys.key(args, kwargs, self)
+            fields[KEY_HEADER] = key
+            fields[INFO_FIELD] = None  # until it holds the lock: never while it runs unlocked
+        else:  # lock=False: the gates only, no key to compute
+            key = ""
+            fields[INFO_FIELD] = UNLOCKED
         try:
             outcome = self._decide(request, runtime, plan, key)
         except outcomes.SkippedAsSuccess as skipped:
@@ -134,8 +140,8 @@ class SingletonTask(_TaskBase):
             self._release_held(request=request)
 
     def _decide(self, request: Any, runtime: Runtime, plan: Plan, key: str) -> Holding | None:
-        """The lock this call runs under, or None: it runs unlocked (the mode says so, or Redis
-        is unreachable and ``on_redis_error="run"``). Raises what ends the call otherwise (a
+        """The lock this call runs under, or None: it runs unlocked (``lock=False``, the mode says
+        so, or Redis is unreachable and ``on_redis_error="run"``). Raises what ends the call otherwise (a
         skip, a retry, a failure). ``request``: the running request (looking it up again walks
         Celery's request stack)."""
         options, mode = plan.options, plan.mode
@@ -155,6 +161,8 @@ class SingletonTask(_TaskBase):
             for gate in plan.gates:  # a rate limit: may end the call here
                 gate.admit(self, execution)
             mode.before_acquire(self, execution)
+            if not plan.locked:
+                return None
             outcome: Holding | Refused | None = mode.acquire(self, execution)
         except REDIS_ERRORS as exc:
             # "retry" re-queues it, "fail" fails it (both raise); "run" runs it unlocked.

@@ -34,8 +34,9 @@ def test_the_fair_share_benchmark_writes_its_table_and_chart(
     out = capsys.readouterr().out
     assert f"Bodies: 0 ms of CPU; broker: {broker}; fair_lanes 16. 1 runs of each task" in out
     assert "| plain Celery task |" in out and '| `SingletonTask`, `fair_key=["tenant"]` |' in out
+    assert '| `SingletonTask`, `fair_key=["tenant"]`, `lock=False` |' in out
     figures = json.loads((tmp_path / "fair_share.json").read_text())
-    assert set(figures["runs"]) == {"plain", "lanes", "lock", "fair"}
+    assert set(figures["runs"]) == {"plain", "lanes", "lock", "fair", "fair-nolock"}
     for [run] in figures["runs"].values():
         assert run["cpu_us_per_call"] > 0
         assert len(run["b_waits"]) == 3 and all(0 <= ahead <= 30 for ahead in run["a_ahead"])

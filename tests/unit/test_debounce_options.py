@@ -55,6 +55,7 @@ REFUSED: list[tuple[str, Any, str]] = [
     ("fair_key", ["doc"], "cannot be used with fair_key (debounce re-publishes calls outside"),
     ("fair_cap", 2, "cannot be used with fair_cap"),
     ("fair_weights", {"a": 2}, "cannot be used with fair_weights"),
+    ("lock", False, "cannot be used with lock=False (the debounce mode works through the lock)"),
 ]
 
 

@@ -411,6 +411,7 @@ DIFFERENT = {
     "fair_lanes": (2, 3, 4),
     "fair_weights": (_WEIGHTS[0], _WEIGHTS[1], _WEIGHTS[2]),
     "fair_cap": (1, 2, 3),
+    "lock": (False, True, False),
 }
 
 #: Options an option of DIFFERENT needs from the least specific layer (app) to be valid at all.
