@@ -141,10 +141,10 @@ class LockUnavailableError(RedisLockError):
         super().__init__(task, task_id, key, url, self.cause)
 
     def __str__(self) -> str:
-        return (
-            f"Cannot lock {self.task}[{self.task_id}]: Redis at {self.url} is unreachable "
-            f"({self.cause}) while taking {self.key}"
-        )
+        call = f"{self.task}[{self.task_id}]: Redis at {self.url} is unreachable ({self.cause})"
+        if not self.key:  # run without its lock (lock=False): a gate (fair share, a limit) asked
+            return f"Cannot run {call}, which its fair share or rate limits ask"
+        return f"Cannot lock {call} while taking {self.key}"
 
 
 class LockError(RedisLockError):

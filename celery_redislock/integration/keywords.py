@@ -18,6 +18,7 @@ __all__ = [
     "CELERY_NAMES",
     "CELERY_TASK_KEYWORDS",
     "CLOSE_TO_OPTION",
+    "SHORTEST_GUESSED",
     "PeerOption",
     "add_peer_options",
     "check_keywords",
@@ -30,6 +31,9 @@ __all__ = [
 #: 0.85); Celery's own keywords (retry_backoff 0.57, routing_key 0.53) and names that merely
 #: share a word (timeout 0.74, lock_name 0.75) below it.
 CLOSE_TO_OPTION = 0.8
+#: Options shorter than this are never guessed at: ordinary words sit within CLOSE_TO_OPTION of a
+#: short name (``lock``: clock, block, locks, locked), and a user's own attribute must pass.
+SHORTEST_GUESSED = 6
 
 
 #: Another package's task option: ``(package, what to write instead, given the value)``.
@@ -64,7 +68,8 @@ def check_task_keywords(keywords: Mapping[str, Any], source: str) -> None:
                 source,
                 f"is a {package} option, which SingletonTask ignores; write {replacement(value)}",
             )
-        if difflib.get_close_matches(name, option_names(), n=1, cutoff=CLOSE_TO_OPTION):
+        guessed = [option for option in option_names() if len(option) >= SHORTEST_GUESSED]
+        if difflib.get_close_matches(name, guessed, n=1, cutoff=CLOSE_TO_OPTION):
             raise OptionError(name, source, unknown_option(name))
 
 

@@ -230,9 +230,10 @@ def on_redis_error(
     request = task.request
     if options.on_redis_error == "run":
         logger.warning(
-            "Running %s[%s] without its lock: Redis at %s is unreachable (%r)",
+            "Running %s[%s] without its %s: Redis at %s is unreachable (%r)",
             task.name,
             request.id,
+            "lock" if key else "gates",  # no key: run without a lock (lock=False)
             shown,
             exc,
         )

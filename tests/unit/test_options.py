@@ -365,6 +365,12 @@ def test_a_task_keyword_close_to_an_option_is_refused_with_the_option_to_write(t
     assert "did you mean" in str(info.value)
 
 
+@pytest.mark.parametrize("word", ["clock", "block", "locks", "locked"])
+def test_words_near_a_short_option_are_the_users_own(word: str) -> None:
+    # Within CLOSE_TO_OPTION of the option lock, but ordinary attribute names: not guessed at.
+    check_task_keywords({word: True}, TASK)
+
+
 def test_the_closeness_cutoff_is_above_difflibs_default_so_shared_words_pass() -> None:
     # 0.6 (difflib's default) would take 'timeout' (0.74) for lock_timeout.
     assert 0.75 < CLOSE_TO_OPTION <= 0.85

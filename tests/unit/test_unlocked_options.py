@@ -12,7 +12,7 @@ import pytest
 import celery_redislock.modes  # noqa: F401  (registers the modes and their options)
 from celery_redislock.config.lock_only import LOCK_ONLY
 from celery_redislock.config.options import LockOptions, option_names, resolve, validate
-from celery_redislock.errors import OptionError, RateLimitPaused
+from celery_redislock.errors import LockUnavailableError, OptionError, RateLimitPaused
 from celery_redislock.integration.request_lock import UNLOCKED
 
 TASK = "task 'proj.fair'"
@@ -107,3 +107,11 @@ def test_what_an_unlocked_body_sees_of_its_lock_still_pauses() -> None:
     with pytest.raises(RateLimitPaused) as caught:
         UNLOCKED.pause(2, ["partner"])
     assert (caught.value.retry_after, caught.value.limits) == (2.0, ("partner",))
+
+
+def test_redis_unreachable_for_a_task_without_its_lock_says_what_asked_it() -> None:
+    unlocked = str(LockUnavailableError("t.fair", "id1", "", "redis://h:6379/0", "ConnectionError: refused"))
+    assert unlocked.startswith("Cannot run t.fair[id1]: Redis at redis://h:6379/0 is unreachable")
+    assert "fair share or rate limits" in unlocked and "while taking" not in unlocked
+    locked = str(LockUnavailableError("t.job", "id2", "redislock:t.job:k", "redis://h:6379/0", "refused"))
+    assert locked.startswith("Cannot lock t.job[id2]") and locked.endswith("while taking redislock:t.job:k")
