@@ -11,12 +11,12 @@ counted until ``celery redislock fair reset``.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 
 from .counting import count
 from .fair_lanes import FairLanes
 from .leases import REDIS_ERRORS
+from .per_process import PerProcess
 from .renewal import untraced
 from .script_runner import ScriptRunner
 
@@ -114,34 +114,14 @@ class CountOut:
         return self.flush()
 
 
-_countout: CountOut | None = None
-_countout_lock = threading.Lock()
-
-
-def get_countout() -> CountOut:
-    """This process's count-out (a new one after ``stop_countout`` or a fork)."""
-    global _countout
-    countout = _countout
-    if countout is not None and not countout.stopped:
-        return countout
-    with _countout_lock:
-        if _countout is None or _countout.stopped:
-            _countout = CountOut()
-        return _countout
+# A forked child starts with none: the parent's thread is not in it, and the parent counts out
+# its own buffer.
+_countouts: PerProcess[CountOut] = PerProcess(CountOut)
+#: This process's count-out (a new one after ``stop_countout`` or a fork).
+get_countout = _countouts.get
 
 
 def stop_countout() -> int:
     """Count out what this process buffered and stop its thread; how many were counted out."""
-    countout = _countout
+    countout = _countouts.current()
     return countout.stop() if countout is not None else 0
-
-
-def _reset_after_fork() -> None:
-    global _countout, _countout_lock
-    # The parent's thread is not in the child, and its lock may have been held at fork time;
-    # the parent counts out its own buffer.
-    _countout = None
-    _countout_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)

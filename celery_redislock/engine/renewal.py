@@ -12,6 +12,7 @@ from typing import Callable, Literal, Optional
 from .counting import count
 from .keys import parse_key
 from .leases import REDIS_ERRORS, Lease, LeaseEngine, RenewReport
+from .per_process import PerProcess
 
 __all__ = [
     "CycleListener",
@@ -309,28 +310,6 @@ def untraced() -> None:
     context.attach(value)
 
 
-_renewer: Renewer | None = None
-_renewer_lock = threading.Lock()
-
-
-def get_renewer() -> Renewer:
-    """This process's renewer; a forked child gets its own (the parent's thread is not in it:
-    the fork hook below forgets the parent's)."""
-    global _renewer
-    renewer = _renewer
-    if renewer is not None and not renewer.stopped:
-        return renewer
-    with _renewer_lock:
-        if _renewer is None or _renewer.stopped:
-            _renewer = Renewer()
-        return _renewer
-
-
-def _reset_after_fork() -> None:
-    global _renewer, _renewer_lock
-    # The parent's locks may have been held by another thread at fork time.
-    _renewer = None
-    _renewer_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)
+_renewers: PerProcess[Renewer] = PerProcess(Renewer)
+#: This process's renewer; a forked child gets its own (the parent's thread is not in it).
+get_renewer = _renewers.get

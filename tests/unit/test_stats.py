@@ -70,14 +70,16 @@ def test_a_forked_child_counts_into_its_parent() -> None:
     assert shared.snapshot() == {**dict.fromkeys(counter_names(), 0), "acquired": 5, "skipped": 2}
 
 
-def test_concurrent_children_and_threads_lose_no_increment() -> None:
-    shared = shared_counters()
-    per_thread, threads, children = 3000, 3, 3
+def count_in_forks(
+    increment: Callable[[], object], per_thread: int = 3000, threads: int = 3, children: int = 3
+) -> int:
+    """``increment`` called ``per_thread`` times by each of ``threads`` threads, in each of
+    ``children`` forked children and the parent at once (so their increments overlap); how many
+    calls were made in all."""
 
     def child() -> None:
         workers = [
-            threading.Thread(target=lambda: [shared.incr("released") for _ in range(per_thread)])
-            for _ in range(threads)
+            threading.Thread(target=lambda: [increment() for _ in range(per_thread)]) for _ in range(threads)
         ]
         for worker in workers:
             worker.start()
@@ -85,7 +87,7 @@ def test_concurrent_children_and_threads_lose_no_increment() -> None:
             worker.join()
 
     pids = []
-    for _ in range(children):  # all at once, so their increments overlap
+    for _ in range(children):
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
             try:
@@ -96,7 +98,13 @@ def test_concurrent_children_and_threads_lose_no_increment() -> None:
     child()  # the parent counts too, meanwhile
     for pid in pids:
         assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
-    assert shared.snapshot()["released"] == per_thread * threads * (children + 1)
+    return per_thread * threads * (children + 1)
+
+
+def test_concurrent_children_and_threads_lose_no_increment() -> None:
+    shared = shared_counters()
+    made = count_in_forks(lambda: shared.incr("released"))
+    assert shared.snapshot()["released"] == made
 
 
 def test_a_tally_bound_before_the_fork_counts_in_each_childs_own_row() -> None:
@@ -108,33 +116,10 @@ def test_a_tally_bound_before_the_fork_counts_in_each_childs_own_row() -> None:
     try:
         released = tally("released", "app.tallied")
         released()  # bound here, to the parent's row
-        per_thread, threads, children = 3000, 3, 3
-
-        def child() -> None:
-            workers = [
-                threading.Thread(target=lambda: [released() for _ in range(per_thread)])
-                for _ in range(threads)
-            ]
-            for worker in workers:
-                worker.start()
-            for worker in workers:
-                worker.join()
-
-        pids = []
-        for _ in range(children):  # all at once, so their increments overlap
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - the child
-                try:
-                    child()
-                finally:
-                    os._exit(0)
-            pids.append(pid)
-        child()  # the parent counts too, meanwhile
-        for pid in pids:
-            assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        made = count_in_forks(released)
     finally:
         remove_count_listener(shared.incr)
-    expected = 1 + per_thread * threads * (children + 1)
+    expected = 1 + made
     assert shared.snapshot()["released"] == expected
     assert shared.by_task()["app.tallied"]["released"] == expected
 
