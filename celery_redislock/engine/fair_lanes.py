@@ -12,7 +12,7 @@ from .keys import fair_expiry_key, fair_keys
 from .leases import as_text
 from .script_runner import ScriptRunner, package_script
 
-__all__ = ["FAIR_ASSIGN", "FAIR_START", "SWEEP", "FairLanes", "LaneState", "hashed_lane"]
+__all__ = ["FAIR_ASSIGN", "FAIR_START", "SWEEP", "SWEEP_BATCH", "FairLanes", "LaneState", "hashed_lane"]
 
 # Both scripts count calls out (an expired one at assign) with the functions of fair_count_out.lua.
 _COUNT_OUT = package_script(__package__, "fair_count_out.lua")
@@ -20,6 +20,8 @@ FAIR_ASSIGN = _COUNT_OUT + package_script(__package__, "fair_assign.lua")
 FAIR_START = _COUNT_OUT + package_script(__package__, "fair_start.lua")
 #: Expired calls a script call sweeps besides its own work (O(log N) each).
 SWEEP = 3
+#: Expired calls one script call of a full sweep takes: a script runs alone on its server.
+SWEEP_BATCH = 500
 
 
 def hashed_lane(tenant: str, lanes: int) -> int:
@@ -84,10 +86,15 @@ class FairLanes:
         reply = self.runner.run(FAIR_START, (*self.keys, self.expiry_key), (str(sweep), *tickets))
         return int(reply[0])
 
-    def sweep(self, limit: int = 10_000) -> int:
-        """Count out up to ``limit`` calls whose expiry has passed (a broker may drop them
-        unseen); how many were still queued."""
-        return int(self.runner.run(FAIR_START, (*self.keys, self.expiry_key), (str(limit),))[1])
+    def sweep(self) -> int:
+        """Count out every call whose expiry has passed (a broker may drop them unseen), in script
+        calls of ``SWEEP_BATCH``; how many were still queued."""
+        swept = 0
+        while True:
+            reply = self.runner.run(FAIR_START, (*self.keys, self.expiry_key), (str(SWEEP_BATCH),))
+            swept += int(reply[1])
+            if int(reply[2]) < SWEEP_BATCH:
+                return swept
 
     def state(self) -> LaneState:
         """The lanes' backlogs now (three reads, not one snapshot: for display)."""

@@ -4,8 +4,10 @@ once in and once out, and every key of a queue in one cluster slot."""
 
 from __future__ import annotations
 
+import pytest
 import redis
 
+from celery_redislock.engine import fair_lanes
 from celery_redislock.engine.fair_lanes import SWEEP, FairLanes, LaneState, hashed_lane
 from celery_redislock.engine.keys import fair_keys
 from celery_redislock.engine.script_runner import ScriptRunner
@@ -135,3 +137,27 @@ def test_fair_show_sweeps_every_expired_call(redislock_redis: redis.Redis) -> No
     expire(redislock_redis, lanes, tickets)
     assert lanes.sweep() == 50
     assert lanes.state() == LaneState({}, {}, 0) and not redislock_redis.keys("*fair*")
+
+
+def test_a_full_sweep_takes_the_expired_calls_a_batch_a_script_call(
+    redislock_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A script runs alone on its server: a sweep of many calls is many short script calls.
+    monkeypatch.setattr(fair_lanes, "SWEEP_BATCH", 7)
+    lanes = lanes_of(redislock_redis)
+    later = float(redislock_redis.time()[0]) + 3600
+    tickets = [f"old{n}" for n in range(50)]
+    for ticket in tickets:
+        lanes.assign("gone", ticket, 4, expires_at=later)
+    lanes.sweep()  # nothing expired yet: the script is loaded, its calls counted from here
+    before = scripts_run(redislock_redis)
+    expire(redislock_redis, lanes, tickets)
+    assert lanes.sweep() == 50
+    assert scripts_run(redislock_redis) - before == 8  # seven full batches of 7, then one of 1
+    assert lanes.state() == LaneState({}, {}, 0)
+
+
+def scripts_run(client: redis.Redis) -> int:
+    """Script calls the server has run (EVALSHA and EVAL)."""
+    stats = client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("evalsha", "eval"))

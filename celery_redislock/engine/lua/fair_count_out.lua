@@ -35,10 +35,11 @@ local function count_out(ticket)
 end
 
 -- Count out up to `limit` calls whose expiry has passed by the server's clock (a broker may drop
--- them unseen, RabbitMQ does): O(log N) each. Returns how many were still queued.
+-- them unseen, RabbitMQ does): O(log N) each. Returns how many were still queued, and how many
+-- expired entries it took (fewer than `limit`: none is left).
 local function sweep(limit)
   if limit <= 0 then
-    return 0
+    return 0, 0
   end
   local now = redis.call('TIME')
   local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now[1], 'LIMIT', 0, limit)
@@ -49,6 +50,6 @@ local function sweep(limit)
       swept = swept + 1
     end
   end
-  return swept
+  return swept, #expired
 end
 

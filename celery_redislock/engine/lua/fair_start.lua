@@ -2,7 +2,8 @@
 -- a few calls whose expiry passed.
 -- ARGV[1]  the most expired calls to sweep
 -- ARGV[2..] the calls' tickets, one or many
--- Returns  {how many tickets were counted out, how many expired calls were swept}; a ticket not
+-- Returns  {how many tickets were counted out, how many expired calls were swept, how many
+--          expired entries were taken (sweep, above)}; a ticket not
 --          queued here (counted out already, sent while Redis was away, or the keys were
 --          flushed) changes nothing.
 local counted = 0
@@ -11,4 +12,5 @@ for i = 2, #ARGV do
     counted = counted + 1
   end
 end
-return {counted, sweep(tonumber(ARGV[1]))}
+local swept, taken = sweep(tonumber(ARGV[1]))
+return {counted, swept, taken}
