@@ -240,16 +240,17 @@ class FairShareGate:
     def admit(self, task: AnyTask, execution: Execution) -> None:
         """Take a slot of the call's tenant's cap, or re-queue it to its lane for later (raises
         ``Ignore``)."""
-        request = task.request
-        header = vars(request).get(FAIR_HEADER)
         runtime, options = execution.runtime, execution.options
-        if header:  # counted out of its backlog as the worker received it (modes.fair_receipt)
+        cap = options.value("fair_cap")
+        if cap is None:  # nothing to do at the start: counted out as the worker received it
+            return
+        # The running request as the glue passed it (task.request walks Celery's request stack).
+        request = task.request if execution.request is None else execution.request
+        header = vars(request).get(FAIR_HEADER)
+        if header:
             tenant = str(header[1])
         else:  # sent by a sender without fair share (or eager): its tenant from its arguments
             tenant = self._tenant(runtime, task, options, request.args, request.kwargs)
-        cap = options.value("fair_cap")
-        if cap is None:
-            return
         key = self.cap_key(runtime, task, options, tenant)
         lease = SemaphoreLease(key, execution.holder, options.timeout_ms, cap)
         result = runtime.semaphores.acquire(key, lease.holder, cap, lease.ttl_ms)
