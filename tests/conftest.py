@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -166,3 +167,16 @@ def in_forked_child() -> Callable[[Callable[[], bool]], bool]:
             os.waitpid(pid, 0)
 
     return run
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """As pytest exits, its last garbage collection may free a Celery AsyncResult whose
+    ``__del__`` unsubscribes from its result backend's pubsub; the tests stopped those servers,
+    and Celery's reconnect then sleeps and retries, for minutes or for good. The tests are over:
+    nothing is left to unsubscribe from."""
+    from celery.backends.asynchronous import AsyncBackendMixin
+
+    def remove_pending_result(self: Any, result: Any) -> Any:
+        return result
+
+    AsyncBackendMixin.remove_pending_result = remove_pending_result  # type: ignore[method-assign]
