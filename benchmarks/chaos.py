@@ -105,7 +105,9 @@ def wreak_havoc(
     while not stop.wait(min(next_kill, next_restart) - time.monotonic()):
         now = time.monotonic()
         if now >= next_kill:
-            children = rng.choice(workers).child_pids()
+            # A killed child stays listed until its parent reaps it (a zombie, which a second
+            # SIGKILL "kills" again): kill each once, so its kill time stays when its body ended.
+            children = [pid for pid in rng.choice(workers).child_pids() if pid not in chaos.kills]
             if children:
                 pid = rng.choice(children)
                 # The moment is read before the kill: read after, it may come late (this thread
