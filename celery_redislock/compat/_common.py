@@ -263,7 +263,7 @@ class CompatTask(SingletonTask):
             return self.AsyncResult(refusal.holder_task_id) if refusal.holder_task_id else None, refusal
         if rest:  # apply_async's own positional parameters: Celery's, published as it does
             return Task.apply_async(self, args, kwargs, task_id, *rest, **options), None
-        runtime, plan = send_plan(self, options, args, kwargs)
+        runtime, plan, queue = send_plan(self, options, args, kwargs)
         if task_id is not None and _own_task_id(plan, options):
             refusal = self._refuse_own_task_id(runtime, plan, call_args, call_kwargs, task_id)
             if refusal is not None:
@@ -271,7 +271,7 @@ class CompatTask(SingletonTask):
         publish = functools.partial(Task.apply_async, self)
         # Through the plan's mode in eager mode too (SingletonTask publishes eager calls as they
         # are): the peers locked an eager call at send, and a nested duplicate was refused there.
-        sent = plan.mode.send(Send(self, runtime, plan, publish, args, kwargs, task_id, options))
+        sent = plan.mode.send(Send(self, runtime, plan, publish, args, kwargs, task_id, options, queue))
         if not isinstance(sent, _RefusedSend):
             return sent, None
         return self._refusal(runtime, sent.key, sent.holder)

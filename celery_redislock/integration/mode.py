@@ -175,7 +175,8 @@ class Plan:
 class Send:
     """One ``apply_async`` of a task whose plan was resolved to send it (``runtime``: its app's
     runtime; ``publish``: the Celery base's ``apply_async``; ``options``: the send's own, which
-    a mode may take headers or a countdown out of)."""
+    a mode may take headers or a countdown out of; ``queue``: the queue Celery routes it to,
+    when ``send_plan`` asked the router, so a gate need not ask again)."""
 
     task: Any
     runtime: Any
@@ -185,6 +186,7 @@ class Send:
     kwargs: Any
     task_id: str | None
     options: dict[str, Any]
+    queue: str | None = None
 
     def as_is(self) -> Any:
         """Publish it as Celery would, nothing locked or recorded."""

@@ -127,14 +127,17 @@ def unreachable_at_send(
     log.warning("Sending %s[%s] %s: Redis at %s is unreachable (%r)", task.name, task_id, sent, url, exc)
 
 
-def send_plan(task: Any, options: Mapping[str, Any], args: Any, kwargs: Any) -> tuple[Runtime, Plan]:
-    """The app's runtime and the task's plan for the queue a send goes to, as Celery routes it
+def send_plan(
+    task: Any, options: Mapping[str, Any], args: Any, kwargs: Any
+) -> tuple[Runtime, Plan, str | None]:
+    """The app's runtime, the task's plan for the queue a send goes to, as Celery routes it
     (``destination``: the send's ``queue``, the task's, ``task_routes``), so a routed call gets
-    the queue layer its worker will resolve. Routed only when some queue layer exists: the
-    router is not free and this is every planned send's path."""
+    the queue layer its worker will resolve, and that queue. Routed only when some queue layer
+    exists (the queue is None otherwise): the router is not free and this is every planned
+    send's path."""
     runtime = runtime_for(task.app)
     queue = destination(task, options, args, kwargs) if runtime.settings.queues else None
-    return runtime, runtime.plan(task, queue)
+    return runtime, runtime.plan(task, queue), queue
 
 
 def keyed_headers(

@@ -256,8 +256,8 @@ class SingletonTask(_TaskBase):
         if route == PUBLISH or rest or self.app.conf.task_always_eager:
             # Most tasks lock at execution: sending them needs no lock settings, no Redis.
             return super().apply_async(args, kwargs, task_id, *rest, **options)
-        runtime, plan = enqueue.send_plan(self, options, args, kwargs)
-        call = Send(self, runtime, plan, super().apply_async, args, kwargs, task_id, options)
+        runtime, plan, queue = enqueue.send_plan(self, options, args, kwargs)
+        call = Send(self, runtime, plan, super().apply_async, args, kwargs, task_id, options, queue)
         for gate in plan.gates:  # a gate may route what is published (fair share: to a lane)
             on_send = getattr(gate, "on_send", None)
             if on_send is not None:

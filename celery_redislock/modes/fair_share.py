@@ -189,7 +189,8 @@ class FairShareGate:
         given = headers.get(FAIR_HEADER)
         # A re-published call keeps its tenant: JSON may have changed its arguments' types since.
         tenant = str(given[1]) if given else self._tenant(runtime, task, plan.options, args, kwargs)
-        queue = destination(task, options, args, kwargs)
+        # Routed once a send: send_plan asked the router already when queue layers exist.
+        queue = call.queue if call.queue is not None else destination(task, options, args, kwargs)
         count_of = plan.options.value("fair_lanes")
         weight = self._weight(task, plan.options, tenant)
         ticket = uuid.uuid4().hex

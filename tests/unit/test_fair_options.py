@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from celery import Celery
+from celery import Celery, Task
 
 import celery_redislock.modes  # noqa: F401  (registers the modes and the gates)
 from celery_redislock import OptionError, SingletonTask
@@ -248,6 +248,23 @@ def test_a_send_is_not_routed_when_no_queue_layer_exists(
     reset_runtime(app)
     send_plan(plain, {}, ("x",), {})
     assert asked == ["proj.plain"]
+
+
+def test_a_fair_send_asks_the_router_once(app: Celery, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The plan's queue layer and the fair lane need the same routing: asked once, carried on.
+    app.conf.redislock_queues = {"reports": {"fair_lanes": 4}}
+
+    @app.task(base=SingletonTask, shared=False, name="proj.fair", fair_key=["a"])
+    def fair_task(a: str) -> None: ...
+
+    asked: list[str] = []
+    route = app.amqp.router.route
+    monkeypatch.setattr(app.amqp.router, "route", lambda *call: asked.append(call[1]) or route(*call))
+    published: list[dict[str, Any]] = []
+    monkeypatch.setattr(Task, "apply_async", lambda self, *a, **options: published.append(options))
+    fair_task.apply_async(("x",))  # the lock Redis is unreachable: a hashed lane, as documented
+    assert asked == ["proj.fair"]
+    assert published[0]["queue"].startswith("celery.fair.")
 
 
 def test_lanes_not_declared_where_celery_makes_no_queue_are_named(app: Celery) -> None:
