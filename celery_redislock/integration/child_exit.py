@@ -80,18 +80,19 @@ class _ExitingChild:
         self.delay = FIRST_DELAY
 
     def check(self) -> None:
-        # Runs in the event loop, as the pool does: the pool cannot reap the child meanwhile.
-        requests = [request for request in self.requests if request in state.active_requests]
-        if not requests:
-            return  # Celery answered for them already: a result, the loss, a revocation
+        # Runs in the event loop, as the pool does: the pool cannot reap the child, nor fork
+        # another, meanwhile.
         if process_alive(self.pid):
-            # Not a zombie yet, so not reaped: the pid is still this child's.
-            self.hub.call_later(self.delay, self.check)
-            self.delay = min(self.delay * 2, MAX_DELAY)
+            if any(request in state.active_requests for request in self.requests):
+                # Not a zombie yet, so not reaped: the pid is still this child's.
+                self.hub.call_later(self.delay, self.check)
+                self.delay = min(self.delay * 2, MAX_DELAY)
+            # Else the pool reaped it and answered, and the pid already runs another process,
+            # perhaps a new child holding a redelivery's lock: that redelivery frees it.
             return
-        # Gone. The pool forks a new child (which could get this pid) only after it answered
-        # for this one's requests, so none of this worker's live processes has the pid: free
-        # what that very process held, by the holder ids that carry its pid.
+        # Gone, and no process has the pid: free what that very process held, by the holder ids
+        # that carry its pid, whatever Celery answered (a re-queue or a retry frees nothing;
+        # what a failure's handler freed already is not found).
         why = f"its worker process died (pid {self.pid}, freed at its exit)"
-        for request in requests:
+        for request in self.requests:
             release_for(request.task, Context(request.request_dict), why, self.pid)
