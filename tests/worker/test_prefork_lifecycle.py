@@ -132,15 +132,30 @@ def test_sigkill_of_the_whole_worker_leaves_a_lock_that_expires_after_lock_timeo
     assert result.state == "PENDING"
 
 
+# The pool answers for a dead child only at its periodic maintenance pass, never at the child's
+# exit event: what it does when the child is not a zombie yet as the event comes (on a busy
+# host, often), made certain, so the lock can be freed at the exit only by the parent's hook.
+POOL_NOTICES_LATE = """
+from celery.concurrency.asynpool import AsynPool
+
+
+def _untrack_only(self, hub, proc):
+    self._untrack_child_process(proc, hub)
+
+
+AsynPool._event_process_exit = _untrack_only
+"""
+
+
 def test_sigkill_of_one_child_is_released_by_the_parent(
     urls: dict[str, str],
     locks: redis.Redis,
     coord: redis.Redis,
     client_app: Celery,
-    start_worker: Callable[..., WorkerProcess],
+    worker_process: Callable[..., WorkerProcess],
 ) -> None:
     node = f"lifecycle-{uuid.uuid4().hex[:8]}@test"
-    proc = start_worker("-c", "2", "-n", node)
+    proc = worker_process(worker_module(urls, "lifecycle", TASKS + POOL_NOTICES_LATE), "-c", "2", "-n", node)
     result = client_app.send_task(LONG, args=["c"])
     [(child, task_id)] = wait_started(coord, "c")
     key, holder, pttl = the_lock(locks)
@@ -155,8 +170,8 @@ def test_sigkill_of_one_child_is_released_by_the_parent(
     elapsed = gone_within(locks, key, 10.0)
     assert elapsed is not None, f"the parent did not release {key} of its dead child"
     print(f"lock released {elapsed:.3f}s after the child's SIGKILL")
-    # Freed as the parent saw the child exit, not when Celery reported the loss: the pool may
-    # notice that only at its next maintenance pass, seconds later (the time is measured by
+    # Freed as the parent saw the child exit, not when Celery reported the loss, at the pool's
+    # next maintenance pass, seconds later here (the time is measured by
     # benchmarks.crash_release). WorkerLostError's task_failure then finds nothing to free.
     line = (
         f"Released lock {key} of {LONG}[{task_id}]: its worker process died (pid {child}, freed at its exit)"
@@ -165,7 +180,7 @@ def test_sigkill_of_one_child_is_released_by_the_parent(
     assert proc.process.poll() is None, "the worker survives the loss of a child"
     error = result.get(timeout=15, propagate=False)
     assert result.state == "FAILURE" and type(error).__name__ == "WorkerLostError", error
-    assert poll(lambda: "WorkerLostError" in proc.log(), 5.0), proc.log()  # logged after the result
+    assert poll(lambda: "WorkerLostError" in proc.log(), 10.0), proc.log()  # logged after the result
     log = proc.log()
     assert log.index(line) < log.index("WorkerLostError"), log
     assert log.count(f"Released lock {key} ") == 1, log
