@@ -87,8 +87,9 @@ class _ExitingChild:
                 # Not a zombie yet, so not reaped: the pid is still this child's.
                 self.hub.call_later(self.delay, self.check)
                 self.delay = min(self.delay * 2, MAX_DELAY)
-            # Else the pool reaped it and answered, and the pid already runs another process,
-            # perhaps a new child holding a redelivery's lock: that redelivery frees it.
+            # Else Celery answered while the pid runs: the child ended its requests (and freed
+            # their locks) before exiting, or the pool reaped it and the pid runs another
+            # process, perhaps a new child holding a redelivery's lock (which frees the dead one's).
             return
         # Gone, and no process has the pid: free what that very process held, by the holder ids
         # that carry its pid, whatever Celery answered (a re-queue or a retry frees nothing;
