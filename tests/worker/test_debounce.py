@@ -74,8 +74,11 @@ def test_a_burst_runs_once_with_the_last_call_s_arguments(
     app = make_app()
     task = sender(app, 1.5)
     with ThreadPoolExecutor(4) as pool:
-        burst = list(pool.map(lambda v: task.delay(1, v), range(12)))
+        burst = list(pool.map(lambda v: task.delay(1, v), range(11)))
+    # The burst's last call, sent alone: its moment is known before it is sent, however long
+    # the host takes to return from it.
     sent = time.time()
+    burst.append(task.delay(1, 11))
     latest = latest_of(locks)  # the call recorded last is the one that runs
     version = next(v for v, r in enumerate(burst) if r.id == latest)
     assert next(r for r in burst if r.id == latest).get(timeout=15) == version
@@ -88,7 +91,7 @@ def test_a_burst_runs_once_with_the_last_call_s_arguments(
     [ran] = coord.lrange("ran:1", 0, -1)
     ran_version, ran_at = ran.decode().split()
     assert int(ran_version) == version
-    assert float(ran_at) >= sent + 1.5 - 0.3  # about SECONDS after the last call, not before
+    assert float(ran_at) >= sent + 1.5 - 0.05  # SECONDS after the last call, not before
     stats = stats_of(app, node)
     assert stats is not None and stats["counters"]["debounced"] == len(burst) - 1, stats
     # The burst is over: the next call starts a new one, and runs.
