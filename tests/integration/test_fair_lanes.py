@@ -12,6 +12,8 @@ from celery_redislock.engine.fair_lanes import SWEEP, FairLanes, LaneState, hash
 from celery_redislock.engine.keys import fair_keys
 from celery_redislock.engine.script_runner import ScriptRunner
 
+from .helpers import script_calls
+
 
 def lanes_of(client: redis.Redis, queue: str = "q", prefix: str = "redislock") -> FairLanes:
     return FairLanes(ScriptRunner(client), prefix, queue)
@@ -150,14 +152,8 @@ def test_a_full_sweep_takes_the_expired_calls_a_batch_a_script_call(
     for ticket in tickets:
         lanes.assign("gone", ticket, 4, expires_at=later)
     lanes.sweep()  # nothing expired yet: the script is loaded, its calls counted from here
-    before = scripts_run(redislock_redis)
+    before = script_calls(redislock_redis)
     expire(redislock_redis, lanes, tickets)
     assert lanes.sweep() == 50
-    assert scripts_run(redislock_redis) - before == 8  # seven full batches of 7, then one of 1
+    assert script_calls(redislock_redis) - before == 8  # seven full batches of 7, then one of 1
     assert lanes.state() == LaneState({}, {}, 0)
-
-
-def scripts_run(client: redis.Redis) -> int:
-    """Script calls the server has run (EVALSHA and EVAL)."""
-    stats = client.info("commandstats")
-    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("evalsha", "eval"))

@@ -15,6 +15,7 @@ from tests.harness import GrantRecorder
 
 from .conftest import open_gate, stats_of, wait_started
 from .mode_harness import Deployment, ModeTask, key_for, node
+from .test_fair_share import HELD_BODY
 from .test_fair_tenants import FEW, FLOOD, ahead, starts, tenant_task
 from .test_rate_limit import check_drain, partition_key
 
@@ -62,17 +63,6 @@ def test_two_calls_with_the_same_arguments_run_at_once(
     assert [result.get(timeout=30) for result in results] == ["done t", "done t"]
 
 
-#: Counts the tenant's calls running at once (its peak at each start), as test_fair_share does.
-CAPPED_BODY = """
-import time
-running = coord.incr("running:" + tenant)
-coord.rpush("peaks:" + tenant, running)
-time.sleep(0.2)  # long enough that two starts overlap if the cap let them
-coord.decr("running:" + tenant)
-return n
-"""
-
-
 #: Records each start as the rate-limit tests do; call 0 pauses its limit once (a 429) by
 #: ``self.request.redislock.pause`` when ``pause`` is set.
 RATE_BODY = """
@@ -117,7 +107,7 @@ def test_the_cap_holds_without_the_lock(
 ) -> None:
     # Seen red with fair_cap left out: A's calls ran two at once (peaks 1 and 2).
     options = {"fair_key": ["tenant"], "fair_cap": 1, "lock": False}
-    task = ModeTask("fair.unlocked_capped", "tenant, n", CAPPED_BODY, options)
+    task = ModeTask("fair.unlocked_capped", "tenant, n", HELD_BODY, options)
     name = node("fair-unlocked-cap")
     deployment.start(task, "-c", "2", "-n", name)
     app = deployment.app()
