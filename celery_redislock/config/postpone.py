@@ -11,7 +11,7 @@ from ..errors import OptionError
 from .options import APP_CONFIGURATION
 from .urls import failover_urls, url_scheme
 
-__all__ = ["BROKER_HOLDS", "OTHER_BROKER_HOLD", "max_postpone"]
+__all__ = ["BROKER_HOLDS", "OTHER_BROKER_HOLD", "broker_transport", "max_postpone"]
 
 #: Seconds an unacknowledged message is held before it is given out again, by the broker's
 #: transport: Redis-like transports redeliver after ``broker_transport_options``'
@@ -34,7 +34,8 @@ _VISIBILITY = frozenset({"redis", "rediss", "sentinel", "sqs"})
 OTHER_BROKER_HOLD = 900.0
 
 
-def _transport(conf: Mapping[str, Any]) -> str:
+def broker_transport(conf: Mapping[str, Any]) -> str:
+    """The name of the app's broker transport (``amqp``, ``redis``, ``sqs`` ...), lower case."""
     given = conf.get("broker_transport")
     if given:
         return str(given).lower()
@@ -54,7 +55,7 @@ def max_postpone(conf: Mapping[str, Any]) -> float:
         raise OptionError("redislock_max_postpone", APP_CONFIGURATION, str(bad)) from None
     if own is not None:
         return own
-    transport = _transport(conf)
+    transport = broker_transport(conf)
     hold = BROKER_HOLDS.get(transport)
     if hold is None:
         return OTHER_BROKER_HOLD

@@ -4,7 +4,6 @@ a redelivered copy of a running message, an unreachable Redis (``on_redis_error`
 from __future__ import annotations
 
 import logging
-import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from celery import states
@@ -17,6 +16,8 @@ from ..config.urls import mask_url
 from ..engine.counting import count
 from ..engine.holders import task_id_of
 from ..errors import DuplicateTaskError, LockUnavailableError
+from ..waits.put_off import put_off
+from .runtime import runtime_for
 from .signals import send_duplicate
 from .tracing import lock_event
 
@@ -28,19 +29,12 @@ __all__ = [
     "on_redelivered",
     "on_redis_error",
     "redelivered",
-    "requeue",
     "retry_duplicate",
     "skip",
     "skipped_value",
 ]
 
 logger = logging.getLogger(__name__)
-
-#: How the re-queued copy of a task that found Redis unreachable is published. Redis is often the
-#: broker too, and then it is down just as long: Celery's default policy gives up within a second
-#: and the task would be dropped (``Reject``). This one waits for the broker as long as it takes,
-#: a WARNING per failed attempt, so the task is never lost.
-BROKER_WAIT_INTERVAL_MAX = 5.0
 
 #: The request attribute holding what ``finished`` read from the result backend.
 FINISHED_FIELD = "redislock_finished"
@@ -75,8 +69,8 @@ def on_duplicate(
 def retry_duplicate(
     task: AnyTask, options: LockOptions, error: DuplicateTaskError, *, unlimited: bool = False
 ) -> NoReturn:
-    """Re-queued in ``retry_countdown``, counted ``retried``; ``unlimited``: by ``requeue``, not
-    bounded by the task's ``max_retries``."""
+    """Re-queued in ``retry_countdown`` (a retry: counted in the task's ``max_retries`` unless
+    ``unlimited``), counted ``retried``."""
     count("retried", task=task.name)
     lock_event("skip", task.name, error.key, error.holder, "retried")
     logger.info(
@@ -87,35 +81,10 @@ def retry_duplicate(
         error.key,
         error.holder,
     )
-    if unlimited:
-        raise requeue(task, countdown=options.retry_countdown, exc=error)
-    raise task.retry(countdown=options.retry_countdown, exc=error)
-
-
-def requeue(task: AnyTask, *, keep_retries: bool = False, **retry: Any) -> Any:
-    """Re-publish the running call like a retry (same task id, waiting for the broker as long as
-    it takes), not bounded by the task's ``max_retries``: it has not run, and running out of
-    retries would drop it (these retries still count in ``request.retries``, unless
-    ``keep_retries``: the copy carries this run's count, as a call postponed, not retried).
-    ``retry``: more of Celery's ``retry()`` arguments. Returns or raises what ``retry()`` does.
-
-    Celery's ``retry()`` leaves the bound it is given on the task object
-    (``override_max_retries``), where ``autoretry_for`` would read it for this task's later runs
-    in this process: the task is left as it was found."""
-    own = vars(task)
-    had, before = "override_max_retries" in own, own.get("override_max_retries")
-    request = task.request
-    retries = request.retries
-    if keep_retries:
-        request.retries = retries - 1  # retry() publishes request.retries + 1
-    try:
-        return task.retry(max_retries=sys.maxsize, retry_policy=broker_wait_policy(task), **retry)
-    finally:
-        request.retries = retries
-        if had:
-            own["override_max_retries"] = before
-        else:
-            own.pop("override_max_retries", None)
+    runtime = runtime_for(task.app)
+    raise put_off(
+        task, runtime, options.retry_countdown, bounded=not unlimited, keep_retries=False, exc=error
+    )
 
 
 class SkippedAsSuccess(Exception):
@@ -174,7 +143,7 @@ def on_redelivered(task: AnyTask, options: LockOptions, key: str, holder: str) -
     )
     # Published like a retry (same task id, waits for the broker), but no RETRY state is
     # stored: that would overwrite the result the holder may store in the meantime.
-    requeue(task, countdown=countdown, exc=error, throw=False)
+    put_off(task, runtime_for(task.app), countdown, keep_retries=False, exc=error)
     raise Ignore()
 
 
@@ -241,27 +210,9 @@ def on_redis_error(
     error = LockUnavailableError(task.name, str(request.id), key, shown, exc)
     if options.on_redis_error == "retry" and not request.is_eager:
         logger.warning("Retrying %s[%s] in %ss: %s", task.name, request.id, options.retry_countdown, error)
-        raise requeue(task, countdown=options.retry_countdown, exc=error) from exc
+        # No copy token: it would be recorded in the Redis that is unreachable.
+        runtime = runtime_for(task.app)
+        raise put_off(
+            task, runtime, options.retry_countdown, keep_retries=False, token=False, exc=error
+        ) from exc
     raise error from exc
-
-
-def broker_wait_policy(task: AnyTask) -> dict[str, Any]:
-    """A publish retry policy that waits for an unreachable broker until it is back."""
-    name, task_id = task.name, str(task.request.id)
-
-    def errback(exc: BaseException, interval: float) -> None:
-        logger.warning(
-            "Could not re-queue %s[%s]: the broker is unreachable (%r); trying again in %.1fs",
-            name,
-            task_id,
-            exc,
-            interval,
-        )
-
-    return {
-        "max_retries": None,  # kombu's Connection.ensure: retry for ever
-        "interval_start": 0.2,
-        "interval_step": 0.5,
-        "interval_max": BROKER_WAIT_INTERVAL_MAX,
-        "errback": errback,
-    }

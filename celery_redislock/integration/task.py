@@ -16,6 +16,7 @@ from ..engine.holders import handover_id, queued_id, task_id_of
 from ..engine.leases import REDIS_ERRORS
 from ..engine.timing import to_ms
 from ..errors import DuplicateTaskError, RateLimitPaused
+from ..waits.put_off import claim_copy
 from . import outcomes
 from . import sending as enqueue
 from .acquisition import Execution, Holding, Refused
@@ -158,6 +159,8 @@ class SingletonTask(_TaskBase):
                 plan.tallies,
                 request,
             )
+            # A copy of a call put off, or one given out again: dropped if another is the live one.
+            claim_copy(self, runtime, request)
             for gate in plan.gates:  # a rate limit: may end the call here
                 gate.admit(self, execution)
             mode.before_acquire(self, execution)

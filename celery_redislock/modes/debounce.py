@@ -15,6 +15,7 @@ the burst would be lost (``on_refused``).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
@@ -39,6 +40,7 @@ from ..integration.outcomes import drop_finished, retry_duplicate, skip
 from ..integration.plain import PlainMode
 from ..integration.sending import keyed_headers, seconds_until, unreachable_at_send
 from ..integration.signals import send_duplicate
+from ..waits.broker_delay import countdown_for
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
@@ -150,8 +152,9 @@ class DebounceMode(PlainMode):
             # more than once, which is better than losing its last call).
             unreachable_at_send(logger, call, task_id, key, exc, "undebounced")
             delay_ms = debounce_ms
-        # A countdown or eta the caller gave delays it further, never less.
-        countdown = max(asked, to_seconds(delay_ms))
+        # A countdown or eta the caller gave delays it further, never less; whole seconds where
+        # the broker carries no less (RabbitMQ's native delayed delivery).
+        countdown = countdown_for(task.app, max(asked, to_seconds(delay_ms)), math.inf)
         return call.publish(call.args, call.kwargs, task_id, headers=headers, countdown=countdown, **options)
 
     def before_acquire(self, task: AnyTask, execution: Execution) -> None:

@@ -13,9 +13,10 @@ it out of the backlog, once per ticket, off its path (``modes.fair_receipt``); a
 unreachable at send: the tenant's lane is hashed, nothing lost.
 
 ``fair_cap``: the most calls of one tenant running at once across all workers, a counting
-semaphore per tenant taken as the call starts (renewed while it runs). A call over it is
-re-published to its lane for a moment later (``CAP_RECHECK``, never longer than the broker holds a
-message safely), not run and not dropped.
+semaphore per tenant taken as the call starts (renewed while it runs). A call over it is put off
+to its lane for a moment later (``CAP_RECHECK``, ``waits.put_off``), not run and not dropped. A
+fair call sent with a countdown or an ETA waits in a worker's memory, outside its lane: when it
+comes due it is put back in its lane (``due``) and waits its turn there.
 """
 
 from __future__ import annotations
@@ -27,9 +28,8 @@ import uuid
 import weakref
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from celery.exceptions import Ignore
 from celery.signals import task_postrun, task_revoked
 from celery.utils.dispatch import Signal
 
@@ -47,10 +47,10 @@ from ..engine.renewal import get_renewer
 from ..errors import OptionError
 from ..integration.acquisition import Execution
 from ..integration.mode import Send
-from ..integration.outcomes import requeue
 from ..integration.queues import destination, lane_name
 from ..integration.runtime import Runtime, app_layers_ask, run_function, runtime_for
 from .fair_receipt import FAIR_HEADER
+from .fair_requeue import CAP_RECHECK, came_due, capped, due
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
@@ -63,8 +63,6 @@ logger = logging.getLogger(__name__)
 CAP_FIELD = "redislock_fair_slot"
 #: Beside a tenant's key (``KeyBuilder.key`` of ``fair_key``): the semaphore of its ``fair_cap``.
 CAP_SUFFIX = "fair_cap"
-#: Seconds a call over its tenant's cap waits before it looks again.
-CAP_RECHECK = 1.0
 #: The options that apply to a call's tenant (``fair_key`` first).
 TENANTED = ("fair_key", "fair_cap", "fair_weights")
 #: Seconds past a call's expiry before a sweep counts it out: the broker's clock and the lock
@@ -118,6 +116,7 @@ class FairShareGate:
         "fair_assigned": "fair calls sent to the lane Redis assigned them",
         "fair_unassigned": "fair calls sent to a hashed lane: Redis was unreachable at send",
         "fair_capped": "fair calls over their tenant's ``fair_cap``, re-queued to their lane",
+        "fair_due": "fair calls whose countdown or ETA came, re-queued to their lane to wait their turn",
     }
     key_suffixes: ClassVar[Mapping[str, str]] = {CAP_SUFFIX: "fair share cap"}
     signals: ClassVar[Mapping[str, Signal]] = {}
@@ -242,11 +241,13 @@ class FairShareGate:
         """Take a slot of the call's tenant's cap, or re-queue it to its lane for later (raises
         ``Ignore``)."""
         runtime, options = execution.runtime, execution.options
+        # The running request as the glue passed it (task.request walks Celery's request stack).
+        request = task.request if execution.request is None else execution.request
+        if came_due(request) and not request.is_eager:
+            due(task, runtime)
         cap = options.value("fair_cap")
         if cap is None:  # nothing to do at the start: counted out as the worker received it
             return
-        # The running request as the glue passed it (task.request walks Celery's request stack).
-        request = task.request if execution.request is None else execution.request
         header = vars(request).get(FAIR_HEADER)
         if header:
             tenant = str(header[1])
@@ -311,35 +312,6 @@ def lane_route(task: Any, queue: str, lane: int) -> dict[str, Any]:
             f"is False): declare {lane_name(queue, 0)!r} and the other lanes of {queue!r} there",
         ) from None
     return {"queue": name, "exchange": "", "routing_key": name}
-
-
-def capped(task: AnyTask, runtime: Runtime, key: str, cap: int, tenant: str) -> NoReturn:
-    """Over the cap: re-published to its lane to look again in ``CAP_RECHECK`` (never later than
-    the broker holds a message safely), counted, logged at INFO. Raises ``Ignore``."""
-    request = task.request
-    count("fair_capped")
-    logger.info(
-        "Capped %s[%s]: tenant %r runs %d call(s) at once already (%s); re-queued to its lane",
-        task.name,
-        request.id,
-        tenant,
-        cap,
-        key,
-    )
-    if request.is_eager:
-        raise Ignore()
-    headers = {name: value for name, value in (request.headers or {}).items() if name != FAIR_HEADER}
-    header = vars(request).get(FAIR_HEADER)
-    if header:
-        headers[FAIR_HEADER] = [header[0], header[1], ""]  # its tenant; a new ticket at send
-    requeue(
-        task,
-        countdown=min(CAP_RECHECK, runtime.settings.max_postpone),
-        throw=False,
-        keep_retries=True,
-        headers=headers,
-    )
-    raise Ignore()
 
 
 #: The tasks whose runs ``_release_cap`` follows (each connected once, on its first capped call).

@@ -36,9 +36,10 @@ from ..engine.scripts import ttl_arg
 from ..engine.timing import DEFAULT_RETRY_DELAY, to_ms
 from ..integration.acquisition import Execution, Outcome, Refused, hold
 from ..integration.mode import Send
-from ..integration.outcomes import on_duplicate, requeue
+from ..integration.outcomes import on_duplicate
 from ..integration.plain import PlainMode
 from ..integration.sending import keyed_headers, unreachable_at_send
+from ..waits.put_off import put_off
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
@@ -213,7 +214,7 @@ def _pend(task: AnyTask, execution: Execution, holder: str) -> Outcome:
         holder,
     )
     # No RETRY state is stored: the call has not failed, it waits its turn.
-    requeue(task, countdown=PENDING_POLL, throw=False, headers={PENDING_HEADER: "1"})
+    put_off(task, execution.runtime, PENDING_POLL, keep_retries=False, headers={PENDING_HEADER: "1"})
     raise Ignore()
 
 

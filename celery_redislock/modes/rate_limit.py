@@ -4,10 +4,11 @@ period of a partition, across every worker, pool and process, decided by the Red
 the task has, and is asked before them.
 
 A call over the limit is not run and not dropped: it reserves the next free slot (no later call
-takes it) and is re-published for then (same task id and arguments, its ``request.retries``
-unchanged, not bounded by ``max_retries``), so its result still reaches the caller. A wait shorter
-than ``WAIT_IN_PROCESS`` is waited out in the worker instead: a re-published call is due
-``COME_BACK_EARLY`` before its slot and waits out the rest, so it starts on time. A wait longer
+takes it) and is put off until then (``waits.put_off``: same task id and arguments, its
+``request.retries`` unchanged, not bounded by ``max_retries``), so its result still reaches the
+caller. A wait shorter than the broker carries (``waits.broker_delay.shortest_broker_wait``) is
+waited out in the worker instead: a re-published call is due ``COME_BACK_EARLY`` before its slot
+(up to a second before on native delayed delivery) and waits out the rest, so it starts on time. A wait longer
 than the broker holds a message safely (``redislock_max_postpone``) is made of hops: the call
 comes back early and goes back again, keeping its reservation.
 
@@ -47,10 +48,12 @@ from ..engine.rates import optional_rate
 from ..engine.timing import to_ms
 from ..errors import RateLimitPaused
 from ..integration.acquisition import Execution
-from ..integration.outcomes import finished, redelivered, requeue
+from ..integration.outcomes import finished, redelivered
 from ..integration.runtime import Runtime, runtime_for
 from ..integration.sending import expiry_ttl_ms
 from ..integration.tracing import lock_event
+from ..waits.broker_delay import shortest_broker_wait
+from ..waits.put_off import put_off
 from .rate_calls import (
     HOP_HEADER,
     LIMITS_HEADER,
@@ -77,7 +80,6 @@ __all__ = [
     "LIMITS_HEADER",
     "LOG_HEADER",
     "PAUSES_HEADER",
-    "WAIT_IN_PROCESS",
     "RateLimitGate",
     "give_back",
     "rate_key",
@@ -85,9 +87,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Seconds a call waits for its slot in the worker, not re-published: a re-published call comes
-#: back only as exactly as the broker and the worker's timer deliver it.
-WAIT_IN_PROCESS = 0.2
 #: Seconds before its slot a re-published call is due: it waits out the rest in the worker and
 #: starts on time, where coming back late would delay every later slot of its chain.
 COME_BACK_EARLY = 0.03
@@ -218,7 +217,8 @@ class RateLimitGate:
                 return
             if decision.status == "held":
                 drop_copy(task, execution, key, "another copy of it holds its slot")
-            if decision.wait > WAIT_IN_PROCESS and not request.is_eager:  # eager: nothing to re-queue
+            # Eager: nothing to re-queue. A wait the broker cannot carry is waited out here.
+            if decision.wait > shortest_broker_wait(task.app) and not request.is_eager:
                 postpone(task, execution.runtime, calls, decision, token, hop)
             time.sleep(decision.wait)
 
@@ -339,12 +339,13 @@ def postpone(
         logger.debug(
             "Re-queued rate-limited %s[%s] again: its slot in %s is in %.3fs", task.name, task_id, key, wait
         )
-    countdown = min(max(0.0, wait - COME_BACK_EARLY), runtime.settings.max_postpone)
-    requeue(
+    # Its own copy token is its reservation's (decided with its slot, in one script call).
+    put_off(
         task,
-        countdown=countdown,
-        throw=False,
-        keep_retries=True,
+        runtime,
+        wait - COME_BACK_EARLY,
+        precise=True,
+        token=False,
         headers=message_headers(calls, hop, request),
     )
     try:

@@ -2,7 +2,7 @@
 
 The layers, lowest first; an import may only point down, or sideways inside one folder::
 
-    errors.py < engine/ < config/ < integration/ < modes/ < ops/ < compat/, contrib/, signals.py, __init__.py
+    errors.py < engine/ < config/ < waits/ < integration/ < modes/ < ops/ < compat/, contrib/, signals.py, __init__.py
 
 (``signals.py`` is a public path only: each signal is declared by what sends it, below.)
 
@@ -33,13 +33,14 @@ RANKS = {
     "errors": 0,
     "engine": 1,
     "config": 2,
-    "integration": 3,
-    "modes": 4,
-    "ops": 5,
-    "compat": 6,
-    "contrib": 6,
-    "signals": 6,
-    "__init__": 6,
+    "waits": 3,
+    "integration": 4,
+    "modes": 5,
+    "ops": 6,
+    "compat": 7,
+    "contrib": 7,
+    "signals": 7,
+    "__init__": 7,
 }
 
 MAX_LINES = 400

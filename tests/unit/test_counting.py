@@ -32,6 +32,7 @@ REPORTED = (
     "redis_errors",
     "refused_at_send",
     "released_by_parent",
+    "copies_dropped",
     "throttled",
     "replaced",
     "debounced",
@@ -42,6 +43,7 @@ REPORTED = (
     "fair_assigned",
     "fair_unassigned",
     "fair_capped",
+    "fair_due",
 )
 
 

@@ -1,4 +1,4 @@
-"""The unlimited re-queue (``outcomes.requeue``): re-published like a retry, same task id, not
+"""The unlimited re-queue (``waits.put_off.requeue``): re-published like a retry, same task id, not
 bounded by max_retries, and the task object left as it was found, where Celery's ``retry()``
 leaves the bound it was given (``override_max_retries``) for ``autoretry_for`` to read later."""
 
@@ -12,7 +12,7 @@ import pytest
 from celery import Celery
 
 from celery_redislock import SingletonTask
-from celery_redislock.integration.outcomes import requeue
+from celery_redislock.waits.put_off import requeue
 
 
 @pytest.fixture
