@@ -11,6 +11,7 @@ from celery.exceptions import CeleryCommandException
 
 from ..config.settings import read_settings
 from ..errors import RedisLockError
+from .queues import lane_queue
 from .runtime import runtime_for
 from .task import SingletonTask
 
@@ -87,7 +88,12 @@ class GateQueues(bootsteps.Step):
         selected = app.amqp.queues
         for name in gate_queues(app, _consumed_queues(app)):
             if name not in selected.consume_from:
-                selected.select_add(name)  # type: ignore[arg-type]  # a name is what -Q gives it too
+                # Declared as the senders declare it (a lane: a copy of its queue's declaration),
+                # in app.amqp.queues before the consumer's DelayedDelivery step binds them all.
+                try:
+                    selected.select_add(lane_queue(selected, name))
+                except KeyError:  # undeclared while task_create_missing_queues=False: as -Q does
+                    selected.select_add(name)  # type: ignore[arg-type]  # a name, as -Q gives it
 
 
 def gate_queues(app: Celery, queues: Iterable[str]) -> list[str]:

@@ -48,7 +48,7 @@ from ..errors import OptionError
 from ..integration.acquisition import Execution
 from ..integration.mode import Send
 from ..integration.outcomes import requeue
-from ..integration.queues import destination, lane_name
+from ..integration.queues import destination, lane_name, lane_queue
 from ..integration.runtime import Runtime, app_layers_ask, run_function, runtime_for
 from .fair_receipt import FAIR_HEADER
 
@@ -298,11 +298,12 @@ def lane_route(task: Any, queue: str, lane: int) -> dict[str, Any]:
     the default (nameless) exchange to the lane by name, as Celery sends to a direct queue, so no
     binding is needed (one lost with a broker's data would drop the message on a Redis broker)
     and neither the task's own ``exchange`` / ``routing_key`` nor a retry's sends it elsewhere.
-    The lane is made as Celery makes a queue it is not told of, as the worker's ``-Q`` does; with
+    The lane is declared as a copy of ``queue``'s declaration (``lane_queue``: its arguments,
+    durability, priorities), the same in senders and workers; with
     ``task_create_missing_queues=False`` the lanes must be declared in ``task_queues``."""
     name = lane_name(queue, lane)
     try:
-        task.app.amqp.queues[name]
+        lane_queue(task.app.amqp.queues, name)
     except KeyError:
         raise OptionError(
             "fair_lanes",
