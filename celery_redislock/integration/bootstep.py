@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -11,10 +12,14 @@ from celery.exceptions import CeleryCommandException
 
 from ..config.settings import read_settings
 from ..errors import RedisLockError
+from .lane_drain import drained_queue, stranded_lanes
+from .queues import lane_queue
 from .runtime import runtime_for
 from .task import SingletonTask
 
 __all__ = ["EX_CONFIG", "GateQueues", "SettingsCheck", "check_app", "gate_queues"]
+
+logger = logging.getLogger(__name__)
 
 #: The worker's exit status when the check fails (sysexits.h: "configuration error").
 EX_CONFIG = getattr(os, "EX_CONFIG", 78)
@@ -85,9 +90,38 @@ class GateQueues(bootsteps.Step):
         super().__init__(parent, **kwargs)
         app: Celery = parent.app
         selected = app.amqp.queues
-        for name in gate_queues(app, _consumed_queues(app)):
+        queues = _consumed_queues(app)
+        for name in gate_queues(app, queues):
             if name not in selected.consume_from:
-                selected.select_add(name)  # type: ignore[arg-type]  # a name is what -Q gives it too
+                # Declared as the senders declare it (a lane: a copy of its queue's declaration),
+                # in app.amqp.queues before the consumer's DelayedDelivery step binds them all.
+                try:
+                    selected.select_add(lane_queue(selected, name))
+                except KeyError:  # undeclared while task_create_missing_queues=False: as -Q does
+                    selected.select_add(name)  # type: ignore[arg-type]  # a name, as -Q gives it
+        drain_lanes(app, queues)
+
+
+def drain_lanes(app: Celery, queues: list[str]) -> None:
+    """Consume the lanes of ``queues`` that hold calls and that the worker does not consume
+    already: calls an earlier release sent with ``fair_key`` or more ``fair_lanes``, which no
+    worker of this one would run otherwise. Consumed for the worker's life (an earlier release's
+    sender may still send there during a deploy); the count-out and the lock apply to them as to
+    any call. The broker unreachable: the worker starts anyway, and a later start drains them."""
+    selected = app.amqp.queues
+    try:
+        found = stranded_lanes(app, queues, set(selected.consume_from))
+    except Exception as exc:  # the consumer reports the broker: this must not stop the start
+        logger.warning("Could not look for calls left in fair-share lanes of %s: %r", ", ".join(queues), exc)
+        return
+    for name, messages in found.items():
+        logger.warning(
+            "Consuming lane %s: %d call(s) wait there, which no fair_lanes of this worker names "
+            "(fair_key removed or fair_lanes lowered)",
+            name,
+            messages,
+        )
+        selected.select_add(drained_queue(name))
 
 
 def gate_queues(app: Celery, queues: Iterable[str]) -> list[str]:

@@ -6,7 +6,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["LANE_MARK", "QUEUE_FIELD", "base_queue", "consumed_queue", "destination", "lane_name"]
+from kombu import Exchange, Queue
+
+__all__ = [
+    "LANE_MARK",
+    "QUEUE_FIELD",
+    "base_queue",
+    "consumed_queue",
+    "destination",
+    "lane_name",
+    "lane_queue",
+]
 
 #: The request attribute carrying the queue a message was consumed from: set by the worker's
 #: consumer (``worker_handlers``), read where a task's options are resolved (``task``).
@@ -19,6 +29,54 @@ LANE_MARK = ".fair."
 def lane_name(queue: str, lane: int) -> str:
     """The name of lane ``lane`` of ``queue``."""
     return f"{queue}{LANE_MARK}{lane}"
+
+
+#: The exchange types Celery's native delayed delivery (RabbitMQ, quorum queues) re-publishes a
+#: countdown through; it skips a queue bound to a direct exchange (the worker holds the call).
+DELAYED_EXCHANGE_TYPES = ("topic", "fanout")
+#: What a lane keeps of its queue's declaration (kombu ``Queue`` attributes): not its name,
+#: exchange, routing key, bindings or alias, which name the queue itself.
+LANE_KEEPS = (
+    "queue_arguments",
+    "consumer_arguments",
+    "durable",
+    "exclusive",
+    "auto_delete",
+    "no_ack",
+    "expires",
+    "message_ttl",
+    "max_length",
+    "max_length_bytes",
+    "max_priority",
+)
+
+
+def lane_queue(queues: Any, name: str) -> Queue:
+    """The declaration of lane ``name`` in ``queues`` (Celery's ``app.amqp.queues``), added there
+    as a copy of its queue's the first time: the lane holds that queue's calls, so it keeps what
+    the queue was declared with (``queue_arguments``: its type, dead-lettering, TTL, priorities;
+    ``durable``, ``auto_delete``, ``max_priority`` ...), where Celery's missing-queue path would
+    declare a classic queue with none. A lane declared in ``task_queues`` is taken as it is. Its
+    exchange is its own, named after it as Celery names a missing queue's (no binding of the
+    queue's own exchange routes to it), of the queue exchange's type when that is topic or
+    fanout, so Celery's native delayed delivery reaches it. Raises ``KeyError`` where Celery
+    would: the lane is not declared and ``task_create_missing_queues`` is False."""
+    declared = dict.get(queues, name)  # dict's own get: Queues.__missing__ would create it
+    if declared is not None:
+        return declared  # type: ignore[no-any-return]
+    base = base_queue(name)
+    if base == name or not queues.create_missing:
+        return queues[name]  # type: ignore[no-any-return]  # what Celery does: create or KeyError
+    template: Queue = queues[base]  # its declaration (task_queues, the default queue, or made so)
+    exchange = queues.new_missing(name).exchange
+    own_type = getattr(template.exchange, "type", None)
+    if own_type in DELAYED_EXCHANGE_TYPES:
+        exchange = Exchange(name, type=own_type)
+    declared_with = {attr: getattr(template, attr, None) for attr in LANE_KEEPS}
+    for attr in ("queue_arguments", "consumer_arguments"):  # its own dict: Celery may add to it
+        declared_with[attr] = dict(declared_with[attr] or {}) or None
+    lane = Queue(name, exchange, name, **declared_with)
+    return queues.add(lane)  # type: ignore[no-any-return]
 
 
 def base_queue(name: str) -> str:

@@ -47,7 +47,7 @@ from ..engine.renewal import get_renewer
 from ..errors import OptionError
 from ..integration.acquisition import Execution
 from ..integration.mode import Send
-from ..integration.queues import destination, lane_name
+from ..integration.queues import destination, lane_name, lane_queue
 from ..integration.runtime import Runtime, app_layers_ask, run_function, runtime_for
 from .fair_receipt import FAIR_HEADER
 from .fair_requeue import CAP_RECHECK, came_due, capped, due
@@ -299,11 +299,12 @@ def lane_route(task: Any, queue: str, lane: int) -> dict[str, Any]:
     the default (nameless) exchange to the lane by name, as Celery sends to a direct queue, so no
     binding is needed (one lost with a broker's data would drop the message on a Redis broker)
     and neither the task's own ``exchange`` / ``routing_key`` nor a retry's sends it elsewhere.
-    The lane is made as Celery makes a queue it is not told of, as the worker's ``-Q`` does; with
+    The lane is declared as a copy of ``queue``'s declaration (``lane_queue``: its arguments,
+    durability, priorities), the same in senders and workers; with
     ``task_create_missing_queues=False`` the lanes must be declared in ``task_queues``."""
     name = lane_name(queue, lane)
     try:
-        task.app.amqp.queues[name]
+        lane_queue(task.app.amqp.queues, name)
     except KeyError:
         raise OptionError(
             "fair_lanes",

@@ -176,6 +176,20 @@ class RabbitMQServer(ServerProcess):
         )
         return self.url(name)
 
+    def queue_info(self, url: str, queue: str) -> dict[str, Any]:
+        """What the management API says of ``queue`` in the vhost of broker URL ``url``: its
+        ``type``, ``arguments``, ``durable``, ``messages`` ..."""
+        info: dict[str, Any] = self._api(
+            "GET", f"/api/queues/{_vhost_of(url)}/{urllib.parse.quote(queue, safe='')}"
+        )
+        return info
+
+    def bindings_from(self, url: str, exchange: str) -> list[dict[str, Any]]:
+        """The bindings whose source is ``exchange`` in the vhost of broker URL ``url``."""
+        path = f"/api/exchanges/{_vhost_of(url)}/{urllib.parse.quote(exchange, safe='')}/bindings/source"
+        bindings: list[dict[str, Any]] = self._api("GET", path)
+        return bindings
+
     def delete_vhost(self, name: str) -> None:
         """Drop vhost ``name``, its queues and their messages."""
         try:
@@ -190,3 +204,8 @@ class RabbitMQServer(ServerProcess):
         stop_process(process, timeout, group=True)
         epmd, self.epmd = self.epmd, None
         stop_process(epmd, timeout)
+
+
+def _vhost_of(url: str) -> str:
+    """The vhost of a broker URL ``add_vhost`` gave, quoted for the management API's paths."""
+    return urllib.parse.quote(urllib.parse.unquote(urllib.parse.urlsplit(url).path.lstrip("/")), safe="")
