@@ -321,8 +321,9 @@ return n
 """
 
 
+@pytest.mark.parametrize("lock", [True, False])
 def test_a_child_killed_holding_its_tenants_cap_slot_gives_it_back_at_its_exit(
-    deployment: Deployment, coord: redis.Redis, locks: redis.Redis
+    lock: bool, deployment: Deployment, coord: redis.Redis, locks: redis.Redis
 ) -> None:
     # Issue 50 (4a): the parent frees a dead child's cap slot as it frees its lock, so the
     # tenant's next call starts well before the slot's TTL (lock_timeout) would have freed it.
@@ -331,7 +332,7 @@ def test_a_child_killed_holding_its_tenants_cap_slot_gives_it_back_at_its_exit(
         "fair.capchild",
         "tenant, n",
         CHILD_BODY,
-        {"fair_key": ["tenant"], "fair_lanes": 4, "fair_cap": 1, "lock_timeout": 30},
+        {"fair_key": ["tenant"], "fair_lanes": 4, "fair_cap": 1, "lock_timeout": 30, "lock": lock},
     )
     app = deployment.app()
     sender = task.sender(app)
