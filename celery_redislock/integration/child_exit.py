@@ -5,7 +5,8 @@ locks in ``worker_handlers``) once billiard's pool has reaped it. The pool hears
 the child holds closes, a moment before the kernel lets the parent reap it: the pool often finds
 the child still there and notices the loss only at its next maintenance pass, up to 5 s later.
 This step hooks that same event and frees, from the parent, the locks of the requests the child
-was running as soon as the child is gone.
+was running as soon as the child is gone, and the slots their gates took by the same holder ids
+(a tenant's ``fair_cap``: ``parent_release``).
 """
 
 from __future__ import annotations

@@ -126,7 +126,10 @@ class Gate(Protocol):
     whether a call of ``task`` may pass through it, so its send must be planned, and then
     ``on_send(call)``, the ``Send`` to hand the mode instead (one that publishes elsewhere);
     ``consumes(task, options, queue)``, the names of queues a worker consuming ``queue`` must
-    consume too, for ``task``'s calls (``bootstep.GateQueues`` adds them)."""
+    consume too, for ``task``'s calls (``bootstep.GateQueues`` adds them); ``held_slots(runtime,
+    task, options, context)``, the ``(key, name)`` of each semaphore slot a running call (its
+    request's ``context``) took by its execution's holder id, which the worker's parent gives back
+    with its lock when its process died (``parent_release``)."""
 
     name: ClassVar[str]
     #: The options the gate owns (``config.schema``): registering the gate registers them.

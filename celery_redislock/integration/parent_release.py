@@ -34,26 +34,32 @@ def lock_key(task: SingletonTask, context: Any) -> str:
 
 def release_for(task: SingletonTask, context: Any, why: str, pid: int | None = None) -> bool:
     """Free the lock (or semaphore slot) a pool process held for ``context`` (its request) and
-    can no longer release itself. Given ``pid`` (the process Celery says died, or that the pool
-    is ending), only the holders of that process; without, only those of this task id on this
+    can no longer release itself, and the slots its gates took by the same holder id (its
+    tenant's ``fair_cap``). Given ``pid`` (the process Celery says died, or that the pool is
+    ending), only the holders of that process; without, only those of this task id on this
     worker instance whose process no longer runs: another delivery of the same message may hold
-    it in a live process. True when something was freed."""
+    them in a live process. True when something was freed."""
     try:
         runtime = runtime_for(task.app)
         plan = runtime.plan(task, getattr(context, QUEUE_FIELD, None))
-        if not plan.locked:  # lock=False: it held nothing
-            return False
-        key = lock_key(task, context)
-        task_id = str(context.id)
-        engine = runtime.engine_for(plan.options)  # a lock, or a semaphore's slots
         freed = False
-        for dead, reason in _processes(engine, key, task_id, context.hostname, pid, why):
-            prefix = holder_prefix(task_id, context.hostname, dead)
-            if engine.release_holder_prefix(key, prefix, notify=runtime.release_channel(key)):
+        if plan.locked:  # lock=False: no lock, but maybe its gates' slots
+            key = lock_key(task, context)
+            engine = runtime.engine_for(plan.options)  # a lock, or a semaphore's slots
+            for reason in _free(engine, key, context, pid, why, runtime.release_channel(key)):
                 count("released", task=task.name)
                 count("released_by_parent", task=task.name)
                 logger.info("Released lock %s of %s[%s]: %s", key, task.name, context.id, reason)
                 freed = True
+        for gate in plan.gates:
+            held_slots = getattr(gate, "held_slots", None)
+            # A gate's semaphore slot is taken by the same holder id as the lock: freed the same way.
+            for key, name in held_slots(runtime, task, plan.options, context) if held_slots else ():
+                for reason in _free(runtime.semaphores, key, context, pid, why):
+                    logger.info(
+                        "Gave back %s slot %s of %s[%s]: %s", name, key, task.name, context.id, reason
+                    )
+                    freed = True
         return freed
     except REDIS_ERRORS as exc:
         count("redis_errors")
@@ -67,6 +73,19 @@ def release_for(task: SingletonTask, context: Any, why: str, pid: int | None = N
     except Exception:  # a signal handler must not break the worker's failure handling
         logger.exception("Could not release the lock of %s[%s] (%s)", task.name, context.id, why)
     return False
+
+
+def _free(
+    engine: LeaseEngine, key: str, context: Any, pid: int | None, why: str, notify: str | None = None
+) -> list[str]:
+    """Free the holders of ``key`` that the delivery ``context`` took in process ``pid`` (or in
+    any of its processes that no longer run); what the log says of each freed."""
+    task_id, hostname = str(context.id), context.hostname
+    return [
+        reason
+        for dead, reason in _processes(engine, key, task_id, hostname, pid, why)
+        if engine.release_holder_prefix(key, holder_prefix(task_id, hostname, dead), notify=notify)
+    ]
 
 
 def _processes(

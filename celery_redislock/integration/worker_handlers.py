@@ -26,6 +26,7 @@ from .child_exit import ChildExitRelease
 from .hard_limit import HardLimitKill, killed_at_hard_limit
 from .parent_release import release_for
 from .queues import QUEUE_FIELD, consumed_queue
+from .revoked_waiting import RevokedWaiting
 from .runtime import runtime_for
 from .task import SingletonTask
 
@@ -156,11 +157,14 @@ def _add_worker_steps(sender: Any = None, **_: Any) -> None:
     # Bad redislock_* settings must stop the worker before it consumes anything, but what a
     # signal receiver raises is swallowed: add the bootstep that checks them instead. The
     # worker sends worker_init just before it builds its blueprint from app.steps["worker"].
-    # And those that let the parent free a prefork child's locks as the child exits, and name
-    # the process the pool kills at a hard time limit.
+    # And those that let the parent free a prefork child's locks as the child exits, name
+    # the process the pool kills at a hard time limit, and give back what a revoked call
+    # waiting for its ETA holds as the revoke comes.
     app: Celery | None = getattr(sender, "app", None)
     if app is not None:
-        app.steps["worker"].update((SettingsCheck, GateQueues, ChildExitRelease, HardLimitKill))
+        app.steps["worker"].update(
+            (SettingsCheck, GateQueues, ChildExitRelease, HardLimitKill, RevokedWaiting)
+        )
 
 
 @signals.worker_process_shutdown.connect(weak=False)

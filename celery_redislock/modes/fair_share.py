@@ -264,6 +264,21 @@ class FairShareGate:
             _capping.add(task)
             task_postrun.connect(_release_cap, sender=task, weak=False)
 
+    def held_slots(
+        self, runtime: Runtime, task: Any, options: LockOptions, context: Any
+    ) -> list[tuple[str, str]]:
+        """``(key, name)`` of the slot a running call of ``task`` (its request's ``context``) holds
+        by its execution's holder id: its tenant's ``fair_cap``, which the worker's parent gives
+        back for a child that died holding it (``parent_release``), as it frees its lock."""
+        if options.value("fair_cap") is None:
+            return []
+        header = getattr(context, FAIR_HEADER, None)
+        if header:
+            tenant = str(header[1])
+        else:  # sent without fair share: its tenant from its arguments, as admit found it
+            tenant = self._tenant(runtime, task, options, context.args, context.kwargs)
+        return [(self.cap_key(runtime, task, options, tenant), CAP_SUFFIX)]
+
     def capped_key(self, runtime: Runtime, task: Any, options: LockOptions, tenant: str) -> str | None:
         """``cap_key`` where ``task``'s options cap its tenants, else None (no count is kept)."""
         if options.value("fair_key") is None or options.value("fair_cap") is None:

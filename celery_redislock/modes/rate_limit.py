@@ -15,7 +15,8 @@ comes back early and goes back again, keeping its reservation.
 Each re-published copy carries a fresh hop token (``HOP_HEADER``) and its partition's log
 (``LOG_HEADER``; every limit of a call of several in ``LIMITS_HEADER``): a copy the broker gave out
 twice is told apart and dropped, and a copy revoked or expired in the worker gives its slot back
-(``give_back``, on ``task_revoked``).
+(``give_back``: as the worker's ``revoke`` command comes, ``integration.revoked_waiting``, and
+on ``task_revoked``).
 
 Named limits (``rate_limits``, declared in ``redislock_limits`` or ``declare_limit``) and a cost
 per call (``rate_cost``) go through the same gate: a call's limits are decided in one script
@@ -49,6 +50,7 @@ from ..engine.timing import to_ms
 from ..errors import RateLimitPaused
 from ..integration.acquisition import Execution
 from ..integration.outcomes import finished, redelivered
+from ..integration.revoked_waiting import waiting_revoked
 from ..integration.runtime import Runtime, runtime_for
 from ..integration.sending import expiry_ttl_ms
 from ..integration.tracing import lock_event
@@ -368,7 +370,9 @@ def drop_copy(task: AnyTask, execution: Execution, key: str, why: str) -> NoRetu
 @task_revoked.connect
 def give_back(sender: Any = None, request: Any = None, **info: Any) -> None:
     """A postponed call revoked, or expired, in the worker that holds its message: give its slot
-    back in every limit it waits in (its message names them; any other call has no slot)."""
+    back in every limit it waits in (its message names them; any other call has no slot). Sent
+    as the revoke reaches the worker (``waiting_revoked``), and again by Celery at the call's ETA,
+    which then finds nothing to give back."""
     key = getattr(request, LOG_HEADER, None)
     if not isinstance(key, str) or not key or sender is None:
         return
@@ -383,5 +387,8 @@ def give_back(sender: Any = None, request: Any = None, **info: Any) -> None:
         count("redis_errors")
         logger.warning("Could not give back the slot of %s[%s] in %s: %r", sender.name, task_id, key, exc)
 
+
+# A revoked call waiting for its ETA holds no slot from the moment its worker knows.
+waiting_revoked.connect(give_back)
 
 GATE = RateLimitGate()

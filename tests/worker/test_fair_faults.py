@@ -308,3 +308,61 @@ def test_a_worker_killed_holding_cap_slots_loses_nothing_and_its_slots_come_back
     # Every slot given back, every call counted out of its backlog once: no count below zero.
     assert poll(lambda: all(not runtime.semaphores.holders(slot) for slot in slots.values()), 15)
     assert poll(lambda: backlogs(app, locks) == [{}, {}, {}], 15), backlogs(app, locks)
+
+
+#: The first call of a tenant holds its slot until its process is killed; each start is recorded
+#: with its pid and the server's clock (the lock Redis's: one redis-server).
+CHILD_BODY = """
+seconds, micros = coord.time()
+coord.rpush("starts", f"{n} {os.getpid()} {seconds * 1000 + micros / 1000}")
+if n == 0:
+    coord.blpop("never-opened", timeout=120)
+return n
+"""
+
+
+@pytest.mark.parametrize("lock", [True, False])
+def test_a_child_killed_holding_its_tenants_cap_slot_gives_it_back_at_its_exit(
+    lock: bool, deployment: Deployment, coord: redis.Redis, locks: redis.Redis
+) -> None:
+    # Issue 50 (4a): the parent frees a dead child's cap slot as it frees its lock, so the
+    # tenant's next call starts well before the slot's TTL (lock_timeout) would have freed it.
+    # Seen red before: the next call started only as the slot expired.
+    task = ModeTask(
+        "fair.capchild",
+        "tenant, n",
+        CHILD_BODY,
+        {"fair_key": ["tenant"], "fair_lanes": 4, "fair_cap": 1, "lock_timeout": 30, "lock": lock},
+    )
+    app = deployment.app()
+    sender = task.sender(app)
+    proc = deployment.start(task, "-c", "2", "-n", node("cap-child"))
+    first = sender.delay("A", 0)
+    assert poll(lambda: coord.llen("starts") == 1, 30), proc.log()[-3000:]
+    pid = int(coord.lrange("starts", 0, 0)[0].split()[1])
+    runtime = runtime_for(app)
+    real = app.tasks[task.name]
+    slot = GATE.cap_key(runtime, real, runtime.plan(real, None).options, "A")
+    second = sender.delay("A", 1)
+    assert poll(lambda: f"Capped fair.capchild[{second.id}]" in proc.log(), 30), proc.log()[-3000:]
+    state = runtime.semaphores.state(slot)
+    assert state is not None
+    [(holder, left_ms)] = state.holders
+    assert holder.startswith(f"{first.id}@") and f":{pid}:" in holder, holder
+    # When the TTL would free it at the earliest: renewals only move it later.
+    expires_ms = server_ms(locks) + left_ms
+    os.kill(pid, signal.SIGKILL)
+    assert second.get(timeout=60) == 1, proc.log()[-3000:]
+    starts = {
+        n: float(ms) for n, _, ms in (entry.decode().split() for entry in coord.lrange("starts", 0, -1))
+    }
+    assert starts["1"] < expires_ms, (starts["1"] - expires_ms, proc.log()[-3000:])
+    error = first.get(timeout=15, propagate=False)
+    assert type(error).__name__ == "WorkerLostError", error
+    assert f"Gave back fair_cap slot {slot} of fair.capchild[{first.id}]" in proc.log(), proc.log()[-3000:]
+    assert poll(lambda: not runtime.semaphores.holders(slot), 15)
+
+
+def server_ms(client: redis.Redis) -> float:
+    seconds, micros = client.time()
+    return float(seconds * 1000 + micros / 1000)

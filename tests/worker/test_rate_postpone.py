@@ -180,6 +180,53 @@ def test_a_revoked_postponed_call_gives_its_slot_back(
     assert sorted(n for _, n, _, _ in starts(coord, "acme")) == [0, 1]
 
 
+def test_a_revoked_call_waiting_in_the_worker_gives_its_slot_back_as_the_revoke_reaches_it(
+    urls: dict[str, str],
+    coord: redis.Redis,
+    locks: redis.Redis,
+    make_app: Callable[..., Celery],
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    # Issue 50 (5): the postponed call waits out its whole wait in the worker's memory (one hop,
+    # as by default), so Celery's task_revoked would come only at its slot, a period away.
+    # Seen red before the revoke hook: the next call placed half a period after the revoked one.
+    task = limited("2/m")
+    proc = task.start(
+        worker_process,
+        urls,
+        "-c",
+        "1",
+        "-n",
+        node("rate-revoke-waiting"),
+        module=settings(redislock_max_postpone=300),
+    )
+    app = make_app()
+    sender = task.sender(app)
+    key = partition_key(app, sender, "acme", 0)
+    assert [sender.delay("acme", n).get(timeout=20) for n in range(2)] == [0, 1]
+    waiting = sender.delay("acme", 2)
+    assert poll(lambda: locks.zscore(key, f"r:{waiting.id}") is not None, 15), proc.log()[-3000:]
+    slot = float(locks.zscore(key, f"r:{waiting.id}") or 0)
+    # Its copy received, so held by the worker as an ETA message (one received later would be
+    # discarded, and its slot given back, at its receipt).
+    received = f"Task rate.hops[{waiting.id}] received"
+    assert poll(lambda: proc.log().count(received) == 2, 15), proc.log()[-3000:]
+    waiting.revoke()
+    assert poll(lambda: f"Tasks flagged as revoked: {waiting.id}" in proc.log(), 15), proc.log()[-3000:]
+    # The worker's parent decides nothing for another call until its revoke command returned.
+    later = sender.delay("acme", 3)
+    assert poll(lambda: locks.zscore(key, f"r:{later.id}") is not None, 15), proc.log()[-3000:]
+    placed = float(locks.zscore(key, f"r:{later.id}") or 0)
+    # Decided before the revoked call's slot came: the give-back at its ETA cannot have made room.
+    assert server_ms(locks) < slot, "the worker took too long: the revoked call's ETA came first"
+    assert placed <= slot + 1, (placed - slot, proc.log()[-3000:])  # its slot, not half a period later
+    assert locks.zscore(key, f"r:{waiting.id}") is None
+    assert f"Gave back the slot of revoked rate-limited rate.hops[{waiting.id}]" in proc.log()
+    later.revoke()
+    assert poll(lambda: locks.zscore(key, f"r:{later.id}") is None, 15)
+    assert sorted(n for _, n, _, _ in starts(coord, "acme")) == [0, 1]
+
+
 # The "block" account's call holds the worker until the test lets it go.
 HELD_BODY = """
 import time
