@@ -23,7 +23,7 @@ from typing import Any
 from celery import Celery
 
 from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
-from celery_redislock.modes.rate_limit import HOP_HEADER, LOG_HEADER
+from celery_redislock.gates.rate_limit import HOP_HEADER, LOG_HEADER
 
 from .servers import add_server_option, server_executable
 

@@ -43,8 +43,8 @@ from celery_redislock.engine.checks import BadValue
 from celery_redislock.engine.rate_limiter import decide
 from celery_redislock.engine.rates import parse_rate
 from celery_redislock.engine.script_runner import ScriptRunner
+from celery_redislock.gates.rate_limit import rate_key
 from celery_redislock.integration.runtime import run_function, runtime_for
-from celery_redislock.modes.rate_limit import rate_key
 from tests.harness import GrantRecorder, most_in_a_window, starts_per_period
 
 from .harness import shuffled

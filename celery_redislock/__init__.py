@@ -68,7 +68,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 #: What loading the Celery integration imports, each for what importing it does (see above).
-_CELERY_PARTS = (".ops.control", ".ops.metrics_server", ".integration.worker_handlers", ".modes")
+_CELERY_PARTS = (".ops.control", ".ops.metrics_server", ".integration.worker_handlers", ".modes", ".gates")
 #: The named limits' functions (``config.limits``, ``ops.limits``), loaded on first use.
 _LIMIT_FUNCTIONS = ("declare_limit", "pause_limit", "reset_limit", "set_limit", "show_limits")
 #: Registers celery-once's and celery-singleton's task keywords with the task's keyword check.

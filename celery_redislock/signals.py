@@ -9,8 +9,8 @@ receiver that raises is logged by Celery and never breaks the task (or the renew
 
 from __future__ import annotations
 
+from .gates import rate_signals as _rate
 from .integration import signals as _lock
-from .modes import rate_signals as _rate
 
 __all__ = [
     "lock_lost",

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from celery import Celery
 
 from ..engine.fair_lanes import FairLanes, LaneState
+from ..gates.fair_share import GATE
 from ..integration.queues import base_queue
 from ..integration.runtime import runtime_for
 from ..integration.task import SingletonTask
-from ..modes.fair_share import GATE
 
 __all__ = ["QueueInfo", "TenantInfo", "fair_queues", "reset_fair", "show_fair"]
 

@@ -11,7 +11,8 @@ from typing import Union
 
 from ..engine.keys import slot_key, slot_key_owner
 from ..engine.leases import as_text
-from ..integration.mode import Gate, Mode, registered_gates
+from ..gates import registered_gates
+from ..integration.mode import Gate, Mode
 from ..integration.runtime import Runtime
 from ..modes import registered
 from .listing import task_of

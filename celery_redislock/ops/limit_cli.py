@@ -13,7 +13,7 @@ from celery.platforms import EX_FAILURE
 
 from ..engine.rate_decisions import RateState
 from ..errors import RedisLockError
-from ..modes.rate_inventory import state_text
+from ..gates.rate_inventory import state_text
 from .cli_common import cli_of, echo_listing, redis_errors, runtime_of
 from .limits import LimitInfo, pause_limit, reset_limit, set_limit, show_limits
 

@@ -24,9 +24,9 @@ from ..engine.rate_decisions import (
 )
 from ..engine.rates import Rate
 from ..errors import OptionError
+from ..gates.rate_calls import catalog_of, named_log, overrides_of
+from ..gates.rate_inventory import partition_keys
 from ..integration.runtime import Runtime, runtime_for
-from ..modes.rate_calls import catalog_of, named_log, overrides_of
-from ..modes.rate_inventory import partition_keys
 
 __all__ = ["LimitInfo", "PartitionInfo", "pause_limit", "reset_limit", "set_limit", "show_limits"]
 

@@ -2,7 +2,7 @@
 
 The layers, lowest first; an import may only point down, or sideways inside one folder::
 
-    errors.py < engine/ < config/ < waits/ < integration/ < modes/ < ops/ < compat/, contrib/, signals.py, __init__.py
+    errors.py < engine/ < config/ < waits/ < integration/ < modes/, gates/ < ops/ < compat/, contrib/, signals.py, __init__.py
 
 (``signals.py`` is a public path only: each signal is declared by what sends it, below.)
 
@@ -36,6 +36,7 @@ RANKS = {
     "waits": 3,
     "integration": 4,
     "modes": 5,
+    "gates": 5,
     "ops": 6,
     "compat": 7,
     "contrib": 7,
@@ -389,6 +390,7 @@ def test_every_option_is_declared_once_by_its_spec() -> None:
     # LockOptions, a mode's in its OptionSpec. No class body writes an option down again (the
     # task class's attributes, a second list of defaults): those read the schema. (What type
     # checkers see is under TYPE_CHECKING, checked against the specs below.)
+    import celery_redislock.gates
     import celery_redislock.modes  # noqa: F401  (the modes register their options)
     from celery_redislock import SingletonTask
     from celery_redislock.config.schema import option_names
@@ -443,6 +445,7 @@ def type_declarations(source: str, class_name: str) -> dict[str, str]:
 def test_the_task_class_declares_each_option_to_type_checkers_as_its_spec_says() -> None:
     # Set from the schema at runtime, the options are invisible to type checkers but for the
     # TYPE_CHECKING block of SingletonTask: a line per spec, typed by its kind, none more.
+    import celery_redislock.gates
     import celery_redislock.modes  # noqa: F401  (the modes register their options)
     from celery_redislock.config.schema import option_specs
 

@@ -74,6 +74,7 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def test_the_counters_reported_are_those_of_before_in_the_same_order() -> None:
+    import celery_redislock.gates
     import celery_redislock.modes  # noqa: F401  (what loading SingletonTask registers)
 
     assert counter_names() == REPORTED

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
+import celery_redislock.gates
 import celery_redislock.modes  # noqa: F401  (registers the modes and their options)
 from celery_redislock import SingletonTask
 from celery_redislock.config.options import LockOptions, option_names, resolve, validate

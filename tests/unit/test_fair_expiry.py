@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from celery_redislock.modes.fair_share import EXPIRY_GRACE, expires_at
+from celery_redislock.gates.fair_share import EXPIRY_GRACE, expires_at
 
 WHEN = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 TASK = SimpleNamespace(expires=None, app=SimpleNamespace(timezone=timezone(timedelta(hours=2))))

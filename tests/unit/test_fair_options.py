@@ -10,14 +10,15 @@ from typing import Any
 import pytest
 from celery import Celery, Task
 
+import celery_redislock.gates
 import celery_redislock.modes  # noqa: F401  (registers the modes and the gates)
 from celery_redislock import OptionError, SingletonTask
 from celery_redislock.config.options import resolve, validate
+from celery_redislock.gates.fair_share import GATE, lane_route
 from celery_redislock.integration.bootstep import gate_queues
 from celery_redislock.integration.queues import base_queue, consumed_queue, destination, lane_name
 from celery_redislock.integration.runtime import reset_runtime, runtime_for
 from celery_redislock.integration.sending import send_plan
-from celery_redislock.modes.fair_share import GATE, lane_route
 
 TASK = "task 'proj.sync'"
 

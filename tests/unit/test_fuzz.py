@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from test_keys import KEY_RE, any_args, anything, f
 from test_options import names, values
 
+import celery_redislock.gates
 import celery_redislock.modes  # noqa: F401  (registers the modes and their options)
 from celery_redislock.config.arguments import KeyBuilder
 from celery_redislock.config.options import option_names, validate

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+import celery_redislock.gates
 import celery_redislock.modes  # noqa: F401  (registers the until-started mode, lock_until's owner)
 from celery_redislock.config.options import LockOptions, resolve, validate
 from celery_redislock.errors import OptionError

@@ -1,4 +1,4 @@
-"""A new mode is one file: outside ``modes/`` no code names a registered mode or gate, one of
+"""A new mode is one file: outside ``modes/`` and ``gates/`` no code names a registered mode or gate, one of
 their options or one of their signals, as a string (the counters a mode registers are
 ``ops.stats``'s business; ``celery_redislock.signals`` re-exports the signals it did not
 declare). Read from
@@ -11,14 +11,15 @@ import ast
 from pathlib import Path
 
 import celery_redislock
+import celery_redislock.gates
 import celery_redislock.modes  # registers the modes and the gate
 import celery_redislock.signals
 from celery_redislock.integration.mode import registered, registered_gates, registered_signals
 
 ROOT = Path(celery_redislock.__file__).resolve().parent
 
-#: Where a mode's name may be written down: the modes themselves and the registry.
-HOMES = ("modes/", "integration/mode.py")
+#: Where a mode's name may be written down: the modes and the gates themselves and the registry.
+HOMES = ("modes/", "gates/", "integration/mode.py")
 
 #: ``(file, name)`` pairs that stay, and why.
 ALLOWED = {

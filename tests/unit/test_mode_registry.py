@@ -22,6 +22,7 @@ SCRIPT = textwrap.dedent(
     from celery import Celery
     from celery.utils.dispatch import Signal
     import celery_redislock.modes  # the package's modes first: a later one names them in a clash
+    import celery_redislock.gates  # noqa: F401  (registers the gates)
     from celery_redislock import OptionError, SingletonTask
     from celery_redislock.config.options import LockOptions, option_names
     from celery_redislock.config.schema import OptionSpec

@@ -104,7 +104,7 @@ def test_a_mixing_task_s_partition_shares_the_named_limits_slot_whatever_the_pre
     from redis.crc import key_slot
 
     from celery_redislock.engine.keys import format_key, limit_keys
-    from celery_redislock.modes.rate_calls import mixed_rate_key, named_log, overrides_of
+    from celery_redislock.gates.rate_calls import mixed_rate_key, named_log, overrides_of
 
     partition = format_key(prefix, "proj.sync", "0" * 32)
     keys = [

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+import celery_redislock.gates
 import celery_redislock.modes  # noqa: F401  (registers the modes)
 from celery_redislock.config.options import resolve, validate
 from celery_redislock.errors import OptionError

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import celery_redislock.gates
 import celery_redislock.modes  # noqa: F401  (registers the modes and their options)
 from celery_redislock.compat.peer_keywords import PEER_OPTIONS
 from celery_redislock.config.options import (

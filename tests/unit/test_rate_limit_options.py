@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 from celery import Celery
 
+import celery_redislock.gates
 import celery_redislock.modes  # noqa: F401  (registers the modes and the gate)
 from celery_redislock import OptionError, SingletonTask
 from celery_redislock.config.options import LockOptions, resolve, validate
 from celery_redislock.engine.rates import Rate, parse_rate, rate_of
+from celery_redislock.gates.rate_limit import GATE
 from celery_redislock.integration.runtime import runtime_for
-from celery_redislock.modes.rate_limit import GATE
 
 TASK = "task 'proj.sync'"
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
+import celery_redislock.gates
 import celery_redislock.modes  # noqa: F401  (every mode's counters registered, before ZERO is made)
 from celery_redislock.engine import counting
 from celery_redislock.engine.counting import (

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import celery_redislock.gates
 import celery_redislock.modes  # noqa: F401  (registers the modes and their options)
 from celery_redislock.config.lock_only import LOCK_ONLY
 from celery_redislock.config.options import LockOptions, option_names, resolve, validate

@@ -14,8 +14,8 @@ from celery_redislock.engine.rate_decisions import Limit, decide_limits, pause_l
 from celery_redislock.engine.rate_limiter import decide
 from celery_redislock.engine.rates import parse_rate, parse_rates
 from celery_redislock.engine.script_runner import ScriptRunner
-from celery_redislock.modes.rate_calls import named_log, overrides_of
-from celery_redislock.modes.rate_limit import rate_key
+from celery_redislock.gates.rate_calls import named_log, overrides_of
+from celery_redislock.gates.rate_limit import rate_key
 
 from . import test_cli
 from .test_cli import ADD, REPORT, Run, lock_key

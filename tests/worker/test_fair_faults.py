@@ -20,9 +20,9 @@ from celery import Celery
 
 from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
 from celery_redislock.engine.keys import fair_keys
+from celery_redislock.gates.fair_share import GATE
 from celery_redislock.integration.liveness import process_alive
 from celery_redislock.integration.runtime import runtime_for
-from celery_redislock.modes.fair_share import GATE
 from celery_redislock.ops.fair import reset_fair
 
 from .conftest import restore_visible, stats_of

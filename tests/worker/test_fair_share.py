@@ -178,7 +178,7 @@ def test_redis_unreachable_at_send_sends_to_the_hashed_lane(
     listener = lambda name, *_: counted.append(name)  # noqa: E731
     add_count_listener(listener)
     try:
-        with caplog.at_level(logging.WARNING, logger="celery_redislock.modes.fair_share"):
+        with caplog.at_level(logging.WARNING, logger="celery_redislock.gates.fair_share"):
             sent = [Sent(sender.delay("acme", n), ("acme", n)) for n in range(3)]
     finally:
         remove_count_listener(listener)

@@ -18,8 +18,8 @@ from celery_redislock.contrib.testing import poll
 from celery_redislock.engine.rate_decisions import Limit, decide_limits
 from celery_redislock.engine.rates import Rate
 from celery_redislock.engine.timing import server_time
+from celery_redislock.gates.rate_calls import mixed_rate_key, named_log, overrides_of
 from celery_redislock.integration.runtime import run_function, runtime_for
-from celery_redislock.modes.rate_calls import mixed_rate_key, named_log, overrides_of
 from celery_redislock.ops.inventory import mode_keys
 from celery_redislock.ops.limit_cli import limit as limit_command
 from celery_redislock.ops.listing import lock_pattern

@@ -14,8 +14,8 @@ from celery import Celery
 from celery_redislock import RateLimitPaused, SingletonTask
 from celery_redislock.contrib.testing import SentinelSet
 from celery_redislock.engine.keys import limit_keys
+from celery_redislock.gates.rate_calls import named_log
 from celery_redislock.integration.runtime import runtime_for
-from celery_redislock.modes.rate_calls import named_log
 from celery_redislock.signals import task_rate_paused
 from tests.harness import GrantRecorder, most_in_a_window
 

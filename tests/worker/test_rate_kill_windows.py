@@ -48,9 +48,9 @@ from billiard.process import current_process
 from celery.signals import after_task_publish, before_task_publish
 from kombu.message import Message
 
-from celery_redislock.modes.rate_limit import HOP_HEADER
+from celery_redislock.gates.rate_limit import HOP_HEADER
 
-logging.getLogger("celery_redislock.modes.rate_limit").setLevel(logging.DEBUG)
+logging.getLogger("celery_redislock.gates.rate_limit").setLevel(logging.DEBUG)
 app.conf.update({TRANSPORT!r})
 
 acknowledge = Message.ack

@@ -17,8 +17,8 @@ from celery import Celery
 from celery_redislock import SingletonTask
 from celery_redislock.config.arguments import KeyBuilder
 from celery_redislock.contrib.testing import RedisServer
+from celery_redislock.gates.rate_limit import rate_key
 from celery_redislock.integration.runtime import run_function, runtime_for
-from celery_redislock.modes.rate_limit import rate_key
 from tests.harness import GrantRecorder, collect_requeued_results, most_in_a_window, postponed_calls
 
 from .conftest import poll, restore_visible, stats_of

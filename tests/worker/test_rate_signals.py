@@ -10,8 +10,8 @@ from typing import Any
 from celery import Celery
 
 from celery_redislock import RateLimitPaused, SingletonTask
+from celery_redislock.gates.rate_calls import named_log
 from celery_redislock.integration.runtime import runtime_for
-from celery_redislock.modes.rate_calls import named_log
 from celery_redislock.signals import task_rate_paused
 from tests.harness import collect_requeued_results, postponed_calls, received
 

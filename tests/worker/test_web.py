@@ -372,8 +372,8 @@ def test_the_rate_limit_partitions_are_shown_with_their_window_fill_reserved_and
     from celery_redislock.engine.rate_limiter import decide
     from celery_redislock.engine.rates import parse_rate, parse_rates
     from celery_redislock.engine.script_runner import ScriptRunner
-    from celery_redislock.modes.rate_calls import named_log
-    from celery_redislock.modes.rate_limit import rate_key
+    from celery_redislock.gates.rate_calls import named_log
+    from celery_redislock.gates.rate_limit import rate_key
 
     app = make_app(redislock_options={"global_rate_limit": "3/m"}, redislock_limits={"partner": "3/m"})
     scripts = ScriptRunner(locks)
@@ -406,7 +406,7 @@ def test_a_burst_rate_shows_its_bucket_free_units_and_when_it_is_full_again(
     from celery_redislock.engine.rate_decisions import Limit, decide_limits
     from celery_redislock.engine.rates import parse_rates
     from celery_redislock.engine.script_runner import ScriptRunner
-    from celery_redislock.modes.rate_calls import named_log
+    from celery_redislock.gates.rate_calls import named_log
 
     # 1/m: a unit refills every minute, so the state cannot change while the test reads it.
     app = make_app(redislock_limits={"llm": "1/m burst 5"})

@@ -9,8 +9,8 @@ from typing import Any
 
 from ...engine.holders import task_id_of, worker_of
 from ...engine.timing import micros_time, server_time, ttl_seconds
+from ...gates.rate_calls import named_base
 from ...integration.runtime import Runtime
-from ...modes.rate_calls import named_base
 from ..fair import show_fair
 from ..inventory import mode_keys
 from ..limits import LimitInfo, show_limits

@@ -8,7 +8,7 @@ backlog (its calls stay in order), a tenant without one gets the least-loaded la
 of weight w (``fair_weights``) spreads over up to w lanes. So a flooding tenant fills its own
 lane, and another tenant's calls wait behind at most the lanes' turns, not the flood. The
 message carries its queue, tenant and a ticket (``FAIR_HEADER``); its receipt by a worker counts
-it out of the backlog, once per ticket, off its path (``modes.fair_receipt``); a call sent with
+it out of the backlog, once per ticket, off its path (``gates.fair_receipt``); a call sent with
 ``expires`` is also counted out once its expiry passed (a broker may drop it unseen). Redis
 unreachable at send: the tenant's lane is hashed, nothing lost.
 

@@ -1,0 +1,15 @@
+"""The gates: checks every call passes before its mode and its lock, whatever its mode, one
+module each (with the modules they share), registered with the Celery glue
+(``integration.mode.register_gate``) after the modes: the rate limits (``rate_limit``) and fair
+share per tenant (``fair_share``). A call a gate makes wait is put off by ``waits.put_off``."""
+
+from __future__ import annotations
+
+from ..integration.mode import register_gate, registered_gates
+from . import fair_share, rate_limit
+
+__all__ = ["registered_gates"]
+
+register_gate(rate_limit.GATE)
+# Asked first: a call is counted out of its backlog as it starts, whatever a later gate decides.
+register_gate(fair_share.GATE, first=True)
