@@ -184,6 +184,12 @@ class RabbitMQServer(ServerProcess):
         )
         return info
 
+    def queues(self, url: str) -> list[dict[str, Any]]:
+        """What the management API says of every queue in the vhost of broker URL ``url`` (each
+        its ``name``, ``messages``, ``messages_unacknowledged`` ...; refreshed every 5 s)."""
+        queues: list[dict[str, Any]] = self._api("GET", f"/api/queues/{_vhost_of(url)}")
+        return queues
+
     def bindings_from(self, url: str, exchange: str) -> list[dict[str, Any]]:
         """The bindings whose source is ``exchange`` in the vhost of broker URL ``url``."""
         path = f"/api/exchanges/{_vhost_of(url)}/{urllib.parse.quote(exchange, safe='')}/bindings/source"
