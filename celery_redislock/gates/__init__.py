@@ -5,6 +5,7 @@ share per tenant (``fair_share``). A call a gate makes wait is put off by ``wait
 
 from __future__ import annotations
 
+from .. import modes  # noqa: F401  (the modes register first: the counters keep one order everywhere)
 from ..integration.mode import register_gate, registered_gates
 from . import fair_share, rate_limit
 

@@ -70,5 +70,5 @@ def back_to_lane(task: AnyTask, runtime: Runtime, seconds: float) -> NoReturn:
     header = vars(request).get(FAIR_HEADER)
     if header:
         headers[FAIR_HEADER] = [header[0], header[1], ""]
-    put_off(task, runtime, seconds, headers=headers)
+    put_off(task, runtime, seconds, headers=headers, token=True)
     raise Ignore()

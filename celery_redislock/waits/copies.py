@@ -5,7 +5,9 @@ a worker that dies in between leaves two copies (``acks_late``: RabbitMQ gives t
 again at once; a Redis broker after its visibility timeout). Each re-published copy carries a
 fresh token (``COPY_HEADER``), recorded in the lock Redis before it is published (pending) and
 confirmed after; a copy that arrives claims the call, and the first of the live and the pending
-copy to claim it wins: the other is dropped as it arrives (``lua/copy_token.lua``). A rate-limited
+copy to claim it wins: the other is dropped as it arrives (``lua/copy_token.lua``). The record is
+deleted when the call's run ends: a copy that arrives after that is dropped if the call has a
+result (the glue asks the result backend, as for any redelivery). A rate-limited
 call's copies are told apart by its reservation instead (``engine.rate_limiter``), in the same
 script call as its slot.
 """
@@ -15,7 +17,18 @@ from __future__ import annotations
 from ..engine.script_runner import ScriptRunner, package_script
 from ..engine.timing import to_ms
 
-__all__ = ["COPY_HEADER", "claim", "confirm", "copy_key", "hand_on", "record_ttl_ms"]
+__all__ = [
+    "COPY_HEADER",
+    "LIVE",
+    "STALE",
+    "UNKNOWN",
+    "claim",
+    "confirm",
+    "copy_key",
+    "forget",
+    "hand_on",
+    "record_ttl_ms",
+]
 
 #: The message header naming a re-published copy of a call.
 COPY_HEADER = "redislock_copy"
@@ -34,10 +47,20 @@ def record_ttl_ms(countdown: float, hold: float) -> int:
     return to_ms(countdown + 2 * hold, minimum=1)
 
 
-def claim(scripts: ScriptRunner, key: str, token: str, ttl_ms: int) -> bool:
-    """A copy named ``token`` ("" the message as first sent) arrived: True if it is the live
-    one from now on, False if another copy is (this one is stale)."""
-    return bool(scripts.run(COPY_TOKEN, [key], ["claim", token, "", ttl_ms]))
+#: ``claim``'s answers.
+STALE, LIVE, UNKNOWN = 0, 1, 2
+
+
+def claim(scripts: ScriptRunner, key: str, token: str, ttl_ms: int) -> int:
+    """A copy named ``token`` ("" the message as first sent) arrived: ``LIVE`` if it is the live
+    one from now on, ``STALE`` if another copy is, ``UNKNOWN`` if the call has no record (never
+    put off, or its run ended)."""
+    return int(scripts.run(COPY_TOKEN, [key], ["claim", token, "", ttl_ms]))
+
+
+def forget(scripts: ScriptRunner, key: str) -> None:
+    """The call ran: its record goes (a copy that comes later finds none, and its result)."""
+    scripts.execute("DEL", key)
 
 
 def hand_on(scripts: ScriptRunner, key: str, token: str, next_token: str, ttl_ms: int) -> bool:

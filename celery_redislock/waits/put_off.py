@@ -8,8 +8,11 @@ Redis. It gives each the same guarantees:
 
 - the countdown the broker can carry (``broker_delay``): bounded by what it holds safely, whole
   seconds on RabbitMQ's native delayed delivery;
-- a copy token (``copies``), so a copy the broker gives out again after the re-publish (its
-  worker died before acknowledging the running message) is dropped as it arrives, not run twice;
+- one copy runs, where the broker gives out again the message it came in (its worker died
+  after the publish, before acknowledging it): a retry's copy (``request.retries`` > 0) is
+  dropped by its result once its call ran, and the lock keeps two from running at once; a
+  rate-limited call's copies are told apart by its reservation; any other (``fair_cap``, a fair
+  call come due) carries a copy token (``copies``);
 - a publish that waits for an unreachable broker as long as it takes (``broker_wait_policy``);
 - not bounded by the task's ``max_retries`` (unless ``bounded``: a duplicate's retry), its
   ``request.retries`` unchanged unless it counts as a retry.
@@ -33,7 +36,7 @@ from ..engine.counting import add_counters, count
 from ..engine.leases import REDIS_ERRORS
 from ..engine.script_runner import ScriptRunner
 from .broker_delay import countdown_for
-from .copies import COPY_HEADER, claim, confirm, copy_key, hand_on, record_ttl_ms
+from .copies import COPY_HEADER, STALE, UNKNOWN, claim, confirm, copy_key, forget, hand_on, record_ttl_ms
 
 if TYPE_CHECKING:
     from celery import Task
@@ -42,16 +45,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BROKER_WAIT_INTERVAL_MAX",
+    "CLAIMED_FIELD",
     "COPY_HEADER",
     "Waiting",
     "broker_wait_policy",
     "claim_copy",
     "drop_stale",
+    "forget_copies",
     "put_off",
     "requeue",
 ]
 
 logger = logging.getLogger(__name__)
+
+#: The request attribute saying the delivery claimed its call's copies (its run deletes them).
+CLAIMED_FIELD = "redislock_claimed_copies"
 
 #: The longest pause between two attempts to publish to an unreachable broker. The lock Redis
 #: is often the broker too, and then it is down just as long: Celery's default policy gives up
@@ -86,14 +94,16 @@ def put_off(
     precise: bool = False,
     bounded: bool = False,
     keep_retries: bool = True,
-    token: bool = True,
+    token: bool = False,
     exc: Exception | None = None,
 ) -> Any:
     """Re-publish the running call to come back in ``seconds`` (``broker_delay.countdown_for``:
     ``precise``, it may come back up to a second early on native delayed delivery and waits out
     the rest). ``headers``: the copy's own, over the running message's. ``bounded``: a retry
     of the task (counted in ``max_retries``, its RETRY state stored), else a re-queue, not
-    bounded, its copy carrying this run's ``request.retries`` unless not ``keep_retries``. ``token``: with a copy token (not when the lock Redis is unreachable).
+    bounded, its copy carrying this run's ``request.retries`` unless not ``keep_retries``.
+    ``token``: with a copy token, for a copy that keeps its ``request.retries`` and holds no
+    rate slot (a retry's copy, ``retries`` > 0, is dropped by its result once its call ran).
 
     Returns Celery's ``Retry`` (the caller raises it, or ``Ignore``); raises ``Ignore`` if this
     very copy is stale (another copy of the call took over: nothing is published)."""
@@ -127,17 +137,37 @@ def put_off(
     return retry
 
 
-def claim_copy(task: AnyTask, runtime: Waiting, request: Any) -> None:
+def claim_copy(task: AnyTask, runtime: Waiting, request: Any) -> bool:
     """A delivery that may be one of several copies of a put-off call (it carries a copy token,
     or the broker gave it out again): go on if it is the live copy, else drop it (raises
-    ``Ignore``). One script call; none for a first delivery. Raises ``redis.RedisError``."""
+    ``Ignore``). One script call; none for a first delivery. Returns True when the glue must
+    ask the result backend before it runs: a copy whose call has no record any more (its run
+    ended and deleted it). Raises ``redis.RedisError``."""
     fields = vars(request)
     mine = fields.get(COPY_HEADER)
     if mine is None and not (request.delivery_info or {}).get("redelivered"):
-        return
+        return False
     key = copy_key(runtime.settings.key_prefix, str(request.id))
-    if not claim(runtime.scripts, key, str(mine or ""), record_ttl_ms(0, 2 * runtime.settings.max_postpone)):
+    answer = claim(runtime.scripts, key, str(mine or ""), record_ttl_ms(0, 2 * runtime.settings.max_postpone))
+    if answer == STALE:
         drop_stale(task)
+    if answer == UNKNOWN:
+        return mine is not None
+    fields[CLAIMED_FIELD] = True  # a record to delete once it has run
+    return False
+
+
+def forget_copies(task: AnyTask, runtime: Waiting, request: Any) -> None:
+    """The run of a call that claimed its copies ended and its result is stored: delete their
+    record (a copy that comes later finds none, and the call's result). Logged, not raised, if Redis fails: the record
+    expires with its TTL."""
+    if not vars(request).pop(CLAIMED_FIELD, False):
+        return
+    try:
+        forget(runtime.scripts, copy_key(runtime.settings.key_prefix, str(request.id)))
+    except REDIS_ERRORS as exc:
+        count("redis_errors")
+        logger.warning("Could not forget the copies of %s[%s]: %r", task.name, request.id, exc)
 
 
 def drop_stale(task: AnyTask) -> Any:

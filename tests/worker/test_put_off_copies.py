@@ -65,7 +65,7 @@ CAPPED = ModeTask(
 
 @pytest.mark.parametrize("kill_at", ["published", "confirmed"])
 def test_a_capped_call_whose_worker_dies_after_putting_it_off_runs_once(
-    deployment: Deployment, coord: redis.Redis, kill_at: str
+    deployment: Deployment, coord: redis.Redis, locks: redis.Redis, kill_at: str
 ) -> None:
     # The caller's own visibility timeout: restore_visible gives Y's message out again at once
     # on a Redis broker (the workers keep the default and give out nothing themselves).
@@ -98,3 +98,5 @@ def test_a_capped_call_whose_worker_dies_after_putting_it_off_runs_once(
     # Every copy left comes due within a second or two of the cap's recheck: none runs again.
     assert not poll(lambda: coord.llen("ran:Y") > 1, 6, interval=0.2), spare.log() + runner.log()
     assert "Dropped copy of copies.capped[" in spare.log() + runner.log()
+    # Its run ended: the record of its copies goes (a copy after it is dropped by its result).
+    assert poll(lambda: list(locks.scan_iter("*:copy:*")) == [], 5)
