@@ -188,8 +188,14 @@ class FairShareGate:
         given = headers.get(FAIR_HEADER)
         # A re-published call keeps its tenant: JSON may have changed its arguments' types since.
         tenant = str(given[1]) if given else self._tenant(runtime, task, plan.options, args, kwargs)
-        # Routed once a send: send_plan asked the router already when queue layers exist.
-        queue = call.queue if call.queue is not None else destination(task, options, args, kwargs)
+        if given and given[0]:
+            # A re-published call keeps its queue too: a retry's own routing may not name it
+            # (one that came through RabbitMQ's native delayed delivery names the delay's).
+            queue = str(given[0])
+        elif call.queue is not None:  # routed once a send: send_plan asked the router already
+            queue = call.queue
+        else:
+            queue = destination(task, options, args, kwargs)
         count_of = plan.options.value("fair_lanes")
         weight = self._weight(task, plan.options, tenant)
         ticket = uuid.uuid4().hex

@@ -9,6 +9,8 @@ after the publish: before its copy is confirmed, or after."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import redis
 
@@ -16,6 +18,7 @@ from celery_redislock.contrib.testing import poll
 
 from .conftest import open_gate, restore_visible, wait_started
 from .mode_harness import Deployment, ModeTask, node
+from .test_quorum_waits import QUORUM
 
 BODY = """
 coord.rpush("ran:" + name, self.request.id)
@@ -67,22 +70,45 @@ CAPPED = ModeTask(
 def test_a_capped_call_whose_worker_dies_after_putting_it_off_runs_once(
     deployment: Deployment, coord: redis.Redis, locks: redis.Redis, kill_at: str
 ) -> None:
+    capped_call_runs_once(deployment, coord, locks, kill_at)
+
+
+@pytest.mark.parametrize("kill_at", ["published", "confirmed"])
+def test_on_quorum_queues_a_capped_call_whose_worker_dies_after_putting_it_off_runs_once(
+    deployment: Deployment, rabbitmq_url: str, coord: redis.Redis, locks: redis.Redis, kill_at: str
+) -> None:
+    # The re-check comes back through RabbitMQ's native delayed delivery, to the lane's exchange.
+    quorum = Deployment(
+        {**deployment.urls, "broker": rabbitmq_url},
+        functools.partial(deployment.make_app, broker_url=rabbitmq_url, **QUORUM),
+        deployment.worker_process,
+    )
+    capped_call_runs_once(quorum, coord, locks, kill_at, module=f"app.conf.update({QUORUM!r})\n")
+
+
+def capped_call_runs_once(
+    deployment: Deployment, coord: redis.Redis, locks: redis.Redis, kill_at: str, module: str = ""
+) -> None:
     # The caller's own visibility timeout: restore_visible gives Y's message out again at once
     # on a Redis broker (the workers keep the default and give out nothing themselves).
     app = deployment.app(broker_transport_options={"visibility_timeout": 1})
     sender = CAPPED.sender(app)
-    runner = deployment.start(CAPPED, "-c", "1", "--prefetch-multiplier", "1", "-n", node("copies-runner"))
+    runner = deployment.start(
+        CAPPED, "-c", "1", "--prefetch-multiplier", "1", "-n", node("copies-runner"), module=module
+    )
     x = sender.delay("t", "X")
     wait_started(coord, "X")
     coord.set("kill_at", kill_at)
-    doomed = deployment.start(CAPPED, "-n", node("copies-doomed"), pool="solo", module=KILL)
+    doomed = deployment.start(CAPPED, "-n", node("copies-doomed"), pool="solo", module=module + KILL)
     y = sender.delay("t", "Y")
     assert poll(lambda: doomed.process.poll() is not None, 30), doomed.log()
     assert "Capped copies.capped[" in doomed.log()
     coord.delete("kill_at")
     # A worker free to take Y's message given out again while X still holds the cap: it is
     # capped again, its copy put off again, beside the dead worker's copy.
-    spare = deployment.start(CAPPED, "-c", "1", "--prefetch-multiplier", "1", "-n", node("copies-spare"))
+    spare = deployment.start(
+        CAPPED, "-c", "1", "--prefetch-multiplier", "1", "-n", node("copies-spare"), module=module
+    )
     redis_broker = deployment.urls["broker"].startswith("redis")
     capped_again = f"Capped copies.capped[{y.id}]"
 
