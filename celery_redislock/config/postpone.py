@@ -53,13 +53,9 @@ def max_postpone(conf: Mapping[str, Any]) -> float:
         own = optional_seconds(conf.get("redislock_max_postpone"))
     except BadValue as bad:
         raise OptionError("redislock_max_postpone", APP_CONFIGURATION, str(bad)) from None
-    if own is not None:
-        return own
     transport = broker_transport(conf)
     hold = BROKER_HOLDS.get(transport)
-    if hold is None:
-        return OTHER_BROKER_HOLD
-    if transport in _VISIBILITY:
+    if hold is not None and transport in _VISIBILITY:
         options = conf.get("broker_transport_options") or {}
         visibility = options.get("visibility_timeout") if isinstance(options, Mapping) else None
         if visibility is not None:
@@ -67,4 +63,15 @@ def max_postpone(conf: Mapping[str, Any]) -> float:
                 hold = positive_seconds(visibility)
             except BadValue as bad:
                 raise OptionError("visibility_timeout", "broker_transport_options", str(bad)) from None
-    return hold / 2
+        if own is not None and own >= hold:
+            # A call would wait past the visibility timeout, and be given out again: two copies
+            # of it came due at once and both ran (seen on SQS).
+            raise OptionError(
+                "redislock_max_postpone",
+                APP_CONFIGURATION,
+                f"must be below the broker's visibility_timeout ({hold:g}s), is {own:g}: a call waiting "
+                f"longer is given out again while it waits",
+            )
+    if own is not None:
+        return own
+    return OTHER_BROKER_HOLD if hold is None else hold / 2

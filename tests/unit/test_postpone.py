@@ -49,6 +49,17 @@ def test_read_once_per_app_from_its_settings() -> None:
         ({"redislock_max_postpone": 0}, "redislock_max_postpone", "> 0"),
         ({"redislock_max_postpone": "10"}, "redislock_max_postpone", "'10'"),
         ({"broker_transport_options": {"visibility_timeout": -1}}, "visibility_timeout", "-1"),
+        # Past the visibility timeout a waiting call is given out again (two copies came due at once).
+        (
+            {"redislock_max_postpone": 3600},
+            "redislock_max_postpone",
+            "below the broker's visibility_timeout (3600s)",
+        ),
+        (
+            {"redislock_max_postpone": 30, "broker_transport_options": {"visibility_timeout": 4}},
+            "redislock_max_postpone",
+            "(4s), is 30",
+        ),
     ],
 )
 def test_a_bad_value_names_the_setting(conf: dict[str, Any], named: str, text: str) -> None:
