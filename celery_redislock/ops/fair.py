@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from celery import Celery
 
 from ..engine.fair_lanes import FairLanes, LaneState
+from ..engine.keys import fair_keys, glob_escape, slot_key_owner
+from ..engine.leases import as_text
 from ..gates.fair_share import GATE
 from ..integration.queues import base_queue
 from ..integration.runtime import runtime_for
 from ..integration.task import SingletonTask
 
-__all__ = ["QueueInfo", "TenantInfo", "fair_queues", "reset_fair", "show_fair"]
+__all__ = ["QueueInfo", "TenantInfo", "fair_queues", "left_in_lanes", "reset_fair", "show_fair"]
 
 
 @dataclass(frozen=True)
@@ -60,14 +62,40 @@ def fair_queues(app: Celery, queues: Iterable[str] = ()) -> dict[str, int]:
     return found
 
 
+def left_in_lanes(app: Celery) -> dict[str, int]:
+    """Queues with calls counted in their lanes whose tasks are no longer fair here (a release
+    removed ``fair_key``: its workers drain the lanes), each with the lanes that hold them."""
+    runtime = runtime_for(app)
+    prefix = runtime.settings.key_prefix
+    # The backlog hash of every queue: fair_keys' first key, with the queue left as a glob.
+    pattern = glob_escape(fair_keys(prefix, "\0")[0]).replace("\0", "*")
+    found: dict[str, int] = {}
+    for batch in runtime.engine.scan_batches(pattern):
+        for raw in batch:
+            owner = slot_key_owner(as_text(raw))
+            head = f"{prefix}:fair:"
+            if owner is None or not owner[0].startswith(head):
+                continue
+            queue = owner[0][len(head) :]
+            load = FairLanes(runtime.scripts, prefix, queue).state().load
+            busy = [lane for lane, count in load.items() if count > 0]
+            if busy:
+                found[queue] = max(busy) + 1
+    return found
+
+
 def show_fair(app: Celery, queues: Iterable[str] = ()) -> list[QueueInfo]:
-    """Each fair queue's state now (``fair_queues``), the calls whose expiry passed counted out
-    first (a broker may have dropped them unseen). Raises ``redis.RedisError`` when Redis is
-    unreachable."""
+    """Each fair queue's state now (``fair_queues``, and with no ``queues`` named, those whose
+    lanes still hold calls of a release that was fair: ``left_in_lanes``), the calls whose
+    expiry passed counted out first (a broker may have dropped them unseen). Raises
+    ``redis.RedisError`` when Redis is unreachable."""
     runtime = runtime_for(app)
     prefix = runtime.settings.key_prefix
     infos = []
-    for queue, lanes in fair_queues(app, queues).items():
+    shown = fair_queues(app, queues)
+    if not queues:
+        shown = {**left_in_lanes(app), **shown}
+    for queue, lanes in shown.items():
         fair = FairLanes(runtime.scripts, prefix, queue)
         fair.sweep()
         state = fair.state()

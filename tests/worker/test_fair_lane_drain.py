@@ -13,6 +13,7 @@ from celery import Celery
 from celery_redislock.contrib.testing import poll
 from celery_redislock.engine.fair_lanes import FairLanes
 from celery_redislock.engine.script_runner import ScriptRunner
+from celery_redislock.ops.fair import show_fair
 
 from .conftest import lock_keys
 from .mode_harness import Deployment, ModeTask, node
@@ -58,12 +59,18 @@ def test_a_worker_without_fair_key_runs_the_calls_left_in_the_lanes(
     app = deployment.app()
     sent = send_in_lanes(app)
     assert backlog(app, locks) == 20
+    # The next release's view (no fair_key): `fair show` still shows what waits in the lanes.
+    plain = deployment.app()
+    PLAIN.sender(plain)
+    [left] = show_fair(plain)
+    assert (left.queue, left.lanes, left.queued, len(left.tenants)) == ("celery", 8, 20, 8)
     proc = deployment.start(PLAIN, "-c", "2", "-n", node("plain"))
     run_all(sent, coord)
     assert "Consuming lane celery.fair.7: 2 call(s) wait there" in proc.log()
     assert lane_sizes(app, 8) == [0] * 8
     # Counted out of their backlogs as the worker received them; each lock taken and freed.
     assert poll(lambda: backlog(app, locks) == 0, 10), backlog(app, locks)
+    assert show_fair(plain) == []  # nothing left: no queue to show
     assert "Skipped duplicate" not in proc.log()
     assert [key for key in lock_keys(locks) if b"drain.work" in key and b"fair" not in key] == []
 
