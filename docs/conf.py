@@ -35,7 +35,8 @@ extensions = [
 
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
+# _fragments: included in pages (MyST include), no pages of their own.
+exclude_patterns = ["_build", "_fragments", "Thumbs.db", ".DS_Store"]
 
 myst_enable_extensions = ["colon_fence", "deflist", "fieldlist"]
 # Anchors for headings down to ###, so [text](page.md#a-heading) is checked by the build.
