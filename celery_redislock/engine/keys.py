@@ -7,7 +7,10 @@ import re
 
 __all__ = [
     "DIGEST_LENGTH",
+    "copy_key",
     "fair_keys",
+    "fair_load_glob",
+    "fair_queue_of",
     "fence_key",
     "format_key",
     "glob_escape",
@@ -157,6 +160,25 @@ def fair_keys(prefix: str, queue: str) -> tuple[str, str, str]:
     tenant and lane (a hash, by task id). A prefix with a hash tag keeps it."""
     base = f"{prefix}:fair:{queue}"
     return slot_key(base, "load"), slot_key(base, "tenants"), slot_key(base, "calls")
+
+
+def fair_load_glob(prefix: str) -> str:
+    """The SCAN glob of every queue's lane backlogs (``fair_keys``' first key)."""
+    return glob_escape(fair_keys(prefix, "\0")[0]).replace("\0", "*")
+
+
+def fair_queue_of(prefix: str, key: str) -> str | None:
+    """The queue whose lane backlogs ``key`` holds (``fair_keys``' first key), else None."""
+    owner = slot_key_owner(key)
+    head = f"{prefix}:fair:"
+    if owner is None or owner[1] != "load" or not owner[0].startswith(head):
+        return None
+    return owner[0][len(head) :]
+
+
+def copy_key(prefix: str, task_id: str) -> str:
+    """The record of the copies of a put-off call ``task_id`` (``waits.copies``)."""
+    return f"{prefix}:copy:{task_id}"
 
 
 def fair_expiry_key(prefix: str, queue: str) -> str:

@@ -225,6 +225,14 @@ class FairShareGate:
         builder = self._builder(runtime, task, options.value("fair_key"))
         return builder.name(tuple(args or ()), dict(kwargs or {}), task)
 
+    def _tenant_of(self, runtime: Runtime, task: Any, options: LockOptions, request: Any) -> str:
+        """The tenant of the running call ``request``: its message's (``FAIR_HEADER``), else, sent
+        by a sender without fair share (or eager), from its arguments."""
+        header = vars(request).get(FAIR_HEADER)
+        if header:
+            return str(header[1])
+        return self._tenant(runtime, task, options, request.args, request.kwargs)
+
     def _weight(self, task: Any, options: LockOptions, tenant: str) -> int:
         weights: Weights = options.value("fair_weights")
         try:
@@ -254,11 +262,7 @@ class FairShareGate:
         cap = options.value("fair_cap")
         if cap is None:  # nothing to do at the start: counted out as the worker received it
             return
-        header = vars(request).get(FAIR_HEADER)
-        if header:
-            tenant = str(header[1])
-        else:  # sent by a sender without fair share (or eager): its tenant from its arguments
-            tenant = self._tenant(runtime, task, options, request.args, request.kwargs)
+        tenant = self._tenant_of(runtime, task, options, request)
         key = self.cap_key(runtime, task, options, tenant)
         lease = SemaphoreLease(key, execution.holder, options.timeout_ms, cap)
         result = runtime.semaphores.acquire(key, lease.holder, cap, lease.ttl_ms)
@@ -278,11 +282,7 @@ class FairShareGate:
         back for a child that died holding it (``parent_release``), as it frees its lock."""
         if options.value("fair_cap") is None:
             return []
-        header = getattr(context, FAIR_HEADER, None)
-        if header:
-            tenant = str(header[1])
-        else:  # sent without fair share: its tenant from its arguments, as admit found it
-            tenant = self._tenant(runtime, task, options, context.args, context.kwargs)
+        tenant = self._tenant_of(runtime, task, options, context)
         return [(self.cap_key(runtime, task, options, tenant), CAP_SUFFIX)]
 
     def capped_key(self, runtime: Runtime, task: Any, options: LockOptions, tenant: str) -> str | None:

@@ -341,13 +341,12 @@ def postpone(
         logger.debug(
             "Re-queued rate-limited %s[%s] again: its slot in %s is in %.3fs", task.name, task_id, key, wait
         )
-    # Its own copy token is its reservation's (decided with its slot, in one script call).
+    # No copy token: its copies are told apart by its reservation, decided with its slot.
     put_off(
         task,
         runtime,
         wait - COME_BACK_EARLY,
         precise=True,
-        token=False,
         headers=message_headers(calls, hop, request),
     )
     try:

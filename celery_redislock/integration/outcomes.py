@@ -210,9 +210,7 @@ def on_redis_error(
     error = LockUnavailableError(task.name, str(request.id), key, shown, exc)
     if options.on_redis_error == "retry" and not request.is_eager:
         logger.warning("Retrying %s[%s] in %ss: %s", task.name, request.id, options.retry_countdown, error)
-        # No copy token: it would be recorded in the Redis that is unreachable.
-        runtime = runtime_for(task.app)
         raise put_off(
-            task, runtime, options.retry_countdown, keep_retries=False, token=False, exc=error
+            task, runtime_for(task.app), options.retry_countdown, keep_retries=False, exc=error
         ) from exc
     raise error from exc

@@ -16,7 +16,7 @@ from ..engine.holders import handover_id, queued_id, task_id_of
 from ..engine.leases import REDIS_ERRORS
 from ..engine.timing import to_ms
 from ..errors import DuplicateTaskError, RateLimitPaused
-from ..waits.put_off import CLAIMED_FIELD, claim_copy, forget_copies
+from ..waits.put_off import claim_copy
 from . import outcomes
 from . import sending as enqueue
 from .acquisition import Execution, Holding, Refused
@@ -139,16 +139,6 @@ class SingletonTask(_TaskBase):
             raise  # no rate limit to pause: an error like any other
         finally:
             self._release_held(request=request)
-
-    def after_return(
-        self, status: str, retval: Any, task_id: str, args: Any, kwargs: Any, einfo: Any
-    ) -> None:
-        # After Celery stored the result: a copy of a put-off call that comes later finds no
-        # record of its copies, and this result (Celery calls this for a run that ended only).
-        super().after_return(status, retval, task_id, args, kwargs, einfo)
-        request = self.request
-        if CLAIMED_FIELD in vars(request):
-            forget_copies(self, runtime_for(self.app), request)
 
     def _decide(self, request: Any, runtime: Runtime, plan: Plan, key: str) -> Holding | None:
         """The lock this call runs under, or None: it runs unlocked (``lock=False``, the mode says

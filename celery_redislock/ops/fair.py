@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from celery import Celery
 
 from ..engine.fair_lanes import FairLanes, LaneState
-from ..engine.keys import fair_keys, glob_escape, slot_key_owner
+from ..engine.keys import fair_load_glob, fair_queue_of
 from ..engine.leases import as_text
 from ..gates.fair_share import GATE
 from ..integration.queues import base_queue
@@ -67,16 +67,12 @@ def left_in_lanes(app: Celery) -> dict[str, int]:
     removed ``fair_key``: its workers drain the lanes), each with the lanes that hold them."""
     runtime = runtime_for(app)
     prefix = runtime.settings.key_prefix
-    # The backlog hash of every queue: fair_keys' first key, with the queue left as a glob.
-    pattern = glob_escape(fair_keys(prefix, "\0")[0]).replace("\0", "*")
     found: dict[str, int] = {}
-    for batch in runtime.engine.scan_batches(pattern):
+    for batch in runtime.engine.scan_batches(fair_load_glob(prefix)):
         for raw in batch:
-            owner = slot_key_owner(as_text(raw))
-            head = f"{prefix}:fair:"
-            if owner is None or not owner[0].startswith(head):
+            queue = fair_queue_of(prefix, as_text(raw))
+            if queue is None:
                 continue
-            queue = owner[0][len(head) :]
             load = FairLanes(runtime.scripts, prefix, queue).state().load
             busy = [lane for lane, count in load.items() if count > 0]
             if busy:

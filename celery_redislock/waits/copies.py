@@ -24,7 +24,6 @@ __all__ = [
     "UNKNOWN",
     "claim",
     "confirm",
-    "copy_key",
     "forget",
     "hand_on",
     "record_ttl_ms",
@@ -34,11 +33,6 @@ __all__ = [
 COPY_HEADER = "redislock_copy"
 
 COPY_TOKEN = package_script(__package__, "copy_token.lua")
-
-
-def copy_key(prefix: str, task_id: str) -> str:
-    """The record of the copies of call ``task_id``."""
-    return f"{prefix}:copy:{task_id}"
 
 
 def record_ttl_ms(countdown: float, hold: float) -> int:

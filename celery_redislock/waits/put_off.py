@@ -26,17 +26,21 @@ from __future__ import annotations
 import logging
 import sys
 import uuid
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from celery.exceptions import Ignore
+from celery.signals import task_postrun
+from celery.states import IGNORED, REJECTED, RETRY
 
 from ..config.settings import AppSettings
 from ..engine.counting import add_counters, count
+from ..engine.keys import copy_key
 from ..engine.leases import REDIS_ERRORS
 from ..engine.script_runner import ScriptRunner
 from .broker_delay import countdown_for
-from .copies import COPY_HEADER, STALE, UNKNOWN, claim, confirm, copy_key, forget, hand_on, record_ttl_ms
+from .copies import COPY_HEADER, STALE, UNKNOWN, claim, confirm, forget, hand_on, record_ttl_ms
 
 if TYPE_CHECKING:
     from celery import Task
@@ -51,15 +55,17 @@ __all__ = [
     "broker_wait_policy",
     "claim_copy",
     "drop_stale",
-    "forget_copies",
     "put_off",
     "requeue",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: The request attribute saying the delivery claimed its call's copies (its run deletes them).
+#: The request attribute holding ``(runtime, record)`` of a delivery that claimed its call's
+#: copies: its run deletes the record.
 CLAIMED_FIELD = "redislock_claimed_copies"
+#: The states of a run that did not end the call (put off again, ignored, rejected).
+IGNORE_STATES = frozenset({IGNORED, REJECTED, RETRY})
 
 #: The longest pause between two attempts to publish to an unreachable broker. The lock Redis
 #: is often the broker too, and then it is down just as long: Celery's default policy gives up
@@ -153,18 +159,31 @@ def claim_copy(task: AnyTask, runtime: Waiting, request: Any) -> bool:
         drop_stale(task)
     if answer == UNKNOWN:
         return mine is not None
-    fields[CLAIMED_FIELD] = True  # a record to delete once it has run
+    fields[CLAIMED_FIELD] = (runtime, key)  # a record to delete once the call has run
+    if task not in _claiming:  # followed from its first claim on: other tasks' runs pay nothing
+        _claiming.add(task)
+        task_postrun.connect(_forget_copies, sender=task, weak=False)
     return False
 
 
-def forget_copies(task: AnyTask, runtime: Waiting, request: Any) -> None:
-    """The run of a call that claimed its copies ended and its result is stored: delete their
-    record (a copy that comes later finds none, and the call's result). Logged, not raised, if Redis fails: the record
-    expires with its TTL."""
-    if not vars(request).pop(CLAIMED_FIELD, False):
+#: The tasks whose runs ``_forget_copies`` follows (each connected once, on its first claim).
+_claiming: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _forget_copies(sender: Any = None, task: Any = None, state: str | None = None, **_: Any) -> None:
+    """The run of a call that claimed its copies ended and Celery stored its result: delete
+    their record (a copy that comes later finds none, and the result). Not for a call put off
+    again, or ignored: its record names its next copy. Logged, not raised, if Redis fails: the
+    record expires with its TTL."""
+    request = getattr(task, "request", None)
+    if request is None or state in IGNORE_STATES:
         return
+    claimed = vars(request).pop(CLAIMED_FIELD, None)
+    if claimed is None:
+        return
+    runtime, key = claimed
     try:
-        forget(runtime.scripts, copy_key(runtime.settings.key_prefix, str(request.id)))
+        forget(runtime.scripts, key)
     except REDIS_ERRORS as exc:
         count("redis_errors")
         logger.warning("Could not forget the copies of %s[%s]: %r", task.name, request.id, exc)

@@ -706,3 +706,16 @@ def test_a_grant_is_keyed_by_the_retries_and_the_pauses_of_its_call() -> None:
     assert grant_member("t", 2) == "g:t:2"  # the form grants had before pauses: still read
     assert grant_member("t", 0, 1) == "g:t:0.p1"
     assert len({grant_member("t", retries, pauses) for retries in range(3) for pauses in range(3)}) == 9
+
+
+@pytest.mark.parametrize(("prefix", "queue"), [("redislock", "celery"), ("{t}:app", "orders.x")])
+def test_a_queues_lane_backlogs_are_named_back_to_their_queue(prefix: str, queue: str) -> None:
+    load, tenants, _ = keys.fair_keys(prefix, queue)
+    assert keys.fair_queue_of(prefix, load) == queue
+    assert keys.fair_queue_of(prefix, tenants) is None  # another of its keys
+    assert keys.fair_queue_of(prefix, format_key(prefix, "task", "0" * 32)) is None
+
+
+def test_the_glob_of_every_queues_lane_backlogs_escapes_the_prefix() -> None:
+    assert keys.fair_load_glob("redislock") == "{redislock:fair:*}:load"
+    assert keys.fair_load_glob("{t}:a*b") == "{t}:a\\*b:fair:*:load"
