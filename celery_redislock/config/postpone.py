@@ -64,8 +64,8 @@ def max_postpone(conf: Mapping[str, Any]) -> float:
             except BadValue as bad:
                 raise OptionError("visibility_timeout", "broker_transport_options", str(bad)) from None
         if own is not None and own >= hold:
-            # A call would wait past the visibility timeout, and be given out again: two copies
-            # of it came due at once and both ran (seen on SQS).
+            # A call would wait past the visibility timeout and be given out again while it
+            # waits: two copies of it could come due at once, in two processes.
             raise OptionError(
                 "redislock_max_postpone",
                 APP_CONFIGURATION,

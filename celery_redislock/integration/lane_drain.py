@@ -1,7 +1,7 @@
-"""Calls left in lanes no worker consumes any more (issue 50, point 7): a release that removed
-``fair_key`` or lowered ``fair_lanes`` consumes fewer lanes of a queue than the release that sent
-the calls. As a worker starts it asks its broker which lanes of the queues it consumes still
-hold messages, and consumes those too, for its life."""
+"""Calls left in lanes no worker consumes any more: a release that removed ``fair_key`` or
+lowered ``fair_lanes`` consumes fewer lanes of a queue than the release that sent the calls. As a
+worker starts it asks its broker which lanes of the queues it consumes still hold messages, and
+consumes those too, for its life."""
 
 from __future__ import annotations
 
