@@ -46,7 +46,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 #: The brokers the worker tests run on (``--broker``, default ``$REDISLOCK_BROKER``, else redis).
-BROKERS = ("redis", "rabbitmq")
+BROKERS = ("redis", "rabbitmq", "rabbitmq-quorum")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -55,7 +55,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=BROKERS,
         default=os.environ.get("REDISLOCK_BROKER") or "redis",
         help="the broker of the worker tests: redis (a database of the session's redis-server) "
-        "or rabbitmq (a vhost per test on a RabbitMQ started for the session); default "
+        "or rabbitmq (a vhost per test on a RabbitMQ started for the session), or rabbitmq-quorum "
+        "(the same with quorum queues, a topic exchange and publisher confirms); default "
         "$REDISLOCK_BROKER, else redis",
     )
 

@@ -85,6 +85,7 @@ app.conf.update(
     task_default_queue="celery",
     result_expires=None,
 )
+app.conf.update({broker_conf})
 # No socket timeout (redis-py defaults to 5 s): BLPOP below blocks until the test opens the gate.
 coord = redis.Redis.from_url({coord!r}, socket_timeout=None)
 
@@ -99,7 +100,22 @@ def hold(task, tag):
 
 def worker_module(urls: dict[str, str], name: str, tasks: str) -> str:
     """Source of a worker module: the preamble for app ``name``, then ``tasks``."""
-    return WORKER_PREAMBLE.format(name=name, **urls) + textwrap.dedent(tasks)
+    return WORKER_PREAMBLE.format(name=name, **{"broker_conf": "{}", **urls}) + textwrap.dedent(tasks)
+
+
+#: Celery's recommended RabbitMQ set-up (``--broker rabbitmq-quorum``): quorum queues, a topic
+#: exchange (native delayed delivery refuses a direct one), publisher confirms. Celery 5.5 and
+#: later send every countdown through RabbitMQ's native delayed delivery then.
+QUORUM: dict[str, Any] = {
+    "task_default_queue_type": "quorum",
+    "task_default_exchange_type": "topic",
+    "broker_transport_options": {"confirm_publish": True},
+}
+
+
+def broker_conf(config: pytest.Config) -> dict[str, Any]:
+    """The app settings the test run's broker asks for (``QUORUM`` with ``rabbitmq-quorum``)."""
+    return dict(QUORUM) if config.getoption("broker") == "rabbitmq-quorum" else {}
 
 
 @pytest.fixture
@@ -165,7 +181,7 @@ def open_gate(coord: redis.Redis, tag: str, times: int = 2) -> None:
 def broker_url(request: pytest.FixtureRequest, redislock_server: RedisServer) -> Iterator[str]:
     """The test's broker: db 0 of the session's redis-server, or with ``--broker=rabbitmq`` a
     vhost of its own on the session's RabbitMQ, dropped after the test."""
-    if request.config.getoption("broker") != "rabbitmq":
+    if request.config.getoption("broker") == "redis":
         yield f"redis://127.0.0.1:{redislock_server.port}/0"
         return
     yield from _vhost(request.getfixturevalue("rabbitmq_server"))
@@ -184,9 +200,18 @@ def _vhost(server: RabbitMQServer) -> Iterator[str]:
 
 
 @pytest.fixture
-def urls(redislock_server: RedisServer, redislock_url: str, broker_url: str) -> dict[str, str]:
+def urls(
+    request: pytest.FixtureRequest, redislock_server: RedisServer, redislock_url: str, broker_url: str
+) -> dict[str, str]:
     base = f"redis://127.0.0.1:{redislock_server.port}"
-    return {"broker": broker_url, "backend": f"{base}/1", "locks": f"{base}/2", "coord": f"{base}/3"}
+    return {
+        "broker": broker_url,
+        "backend": f"{base}/1",
+        "locks": f"{base}/2",
+        "coord": f"{base}/3",
+        # The worker modules' settings of the broker (WORKER_PREAMBLE).
+        "broker_conf": repr(broker_conf(request.config)),
+    }
 
 
 @pytest.fixture
@@ -205,8 +230,9 @@ def locks(redislock_server: RedisServer, urls: dict[str, str]) -> Iterator[redis
 
 
 @pytest.fixture
-def make_app(urls: dict[str, str]) -> Iterator[Callable[..., Celery]]:
+def make_app(request: pytest.FixtureRequest, urls: dict[str, str]) -> Iterator[Callable[..., Celery]]:
     apps: list[Celery] = []
+    own = broker_conf(request.config)
 
     def make(**conf: Any) -> Celery:
         app = Celery(f"redislock_test_{next(_names)}", set_as_current=False)
@@ -219,7 +245,7 @@ def make_app(urls: dict[str, str]) -> Iterator[Callable[..., Celery]]:
             task_default_queue="celery",
             result_expires=None,
         )
-        app.conf.update(conf)
+        app.conf.update({**own, **conf})
         apps.append(app)
         return app
 

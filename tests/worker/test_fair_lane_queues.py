@@ -135,7 +135,7 @@ def test_a_priority_queues_lanes_serve_the_urgent_call_first(
     the urgent one starts first, as in the queue itself. RabbitMQ orders by a priority queue's
     x-max-priority (highest first), which a lane declared without it lacks; kombu's Redis
     transport orders every queue by priority steps (0 first), whatever its declaration."""
-    rabbitmq = request.config.getoption("broker") == "rabbitmq"
+    rabbitmq = request.config.getoption("broker").startswith("rabbitmq")
     low, urgent = (0, 9) if rabbitmq else (9, 0)
     app = deployment.app(task_queues=[eval(PRIO)], task_routes=ROUTES)
     sender = ORDERED.sender(app)

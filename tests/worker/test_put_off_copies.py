@@ -16,9 +16,8 @@ import redis
 
 from celery_redislock.contrib.testing import poll
 
-from .conftest import open_gate, restore_visible, wait_started
+from .conftest import QUORUM, open_gate, restore_visible, wait_started
 from .mode_harness import Deployment, ModeTask, node
-from .test_quorum_waits import QUORUM
 
 BODY = """
 coord.rpush("ran:" + name, self.request.id)

@@ -6,7 +6,6 @@ retried or debounced call must neither be lost nor refused there (``waits.broker
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import redis
@@ -14,19 +13,12 @@ from celery import Celery
 
 from celery_redislock.contrib.testing import WorkerProcess, poll
 
-from .conftest import open_gate, wait_started
+from .conftest import QUORUM, open_gate, wait_started
 from .mode_harness import ModeTask, node
 from .test_rate_limit import starts
 
 pytest.importorskip("celery.utils.quorum_queues", reason="native delayed delivery came with Celery 5.5")
 
-#: Celery's recommended RabbitMQ set-up: quorum queues, a topic exchange (native delayed
-#: delivery refuses a direct one), publisher confirms.
-QUORUM: dict[str, Any] = {
-    "task_default_queue_type": "quorum",
-    "task_default_exchange_type": "topic",
-    "broker_transport_options": {"confirm_publish": True},
-}
 
 RECORD = """
 import time
