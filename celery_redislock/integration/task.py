@@ -16,7 +16,7 @@ from ..engine.holders import handover_id, queued_id, task_id_of
 from ..engine.leases import REDIS_ERRORS
 from ..engine.timing import to_ms
 from ..errors import DuplicateTaskError, RateLimitPaused
-from ..waits.put_off import claim_copy
+from ..waits.put_off import carried_headers, claim_copy
 from . import outcomes
 from . import sending as enqueue
 from .acquisition import Execution, Holding, Refused
@@ -206,7 +206,7 @@ class SingletonTask(_TaskBase):
         # freed or handed over first, or the retried run could arrive while this one holds it.
         key = getattr(self.request, KEY_HEADER, None)
         if key:
-            inherited = {**(self.request.headers or {}), **(options.get("headers") or {})}
+            inherited = {**carried_headers(self.request), **(options.get("headers") or {})}
             options["headers"] = {**inherited, KEY_HEADER: key}
         held: Holding | None = getattr(self.request, HELD_FIELD, None)
         expires = options.get("expires", self.request.expires)  # what the retry's message gets

@@ -53,6 +53,7 @@ __all__ = [
     "COPY_HEADER",
     "Waiting",
     "broker_wait_policy",
+    "carried_headers",
     "claim_copy",
     "drop_stale",
     "put_off",
@@ -66,6 +67,23 @@ logger = logging.getLogger(__name__)
 CLAIMED_FIELD = "redislock_claimed_copies"
 #: The states of a run that did not end the call (put off again, ignored, rejected).
 IGNORE_STATES = frozenset({IGNORED, REJECTED, RETRY})
+
+#: The headers RabbitMQ adds to a dead-lettered message (native delayed delivery dead-letters a
+#: countdown through its delay queues). A copy that carried them would come back to a delay queue
+#: its ``x-death`` names: RabbitMQ takes that for a cycle and drops it, or, dead-lettering at least
+#: once (quorum queues), holds it for ever. Celery strips them from a retry's own headers.
+BROKER_HEADERS = frozenset(
+    {
+        "x-death",
+        "x-first-death-exchange",
+        "x-first-death-queue",
+        "x-first-death-reason",
+        "x-last-death-exchange",
+        "x-last-death-queue",
+        "x-last-death-reason",
+        "x-delivery-count",
+    }
+)
 
 #: The longest pause between two attempts to publish to an unreachable broker. The lock Redis
 #: is often the broker too, and then it is down just as long: Celery's default policy gives up
@@ -115,7 +133,7 @@ def put_off(
     very copy is stale (another copy of the call took over: nothing is published)."""
     request = task.request
     countdown = countdown_for(task.app, seconds, runtime.settings.max_postpone, precise=precise)
-    sent = {**(request.headers or {}), **(headers or {})}
+    sent = {**carried_headers(request), **(headers or {})}
     sent.pop(COPY_HEADER, None)
     record = ""
     if token:
@@ -141,6 +159,12 @@ def put_off(
             count("redis_errors")
             logger.warning("Could not confirm the re-queued copy of %s[%s]: %r", task.name, request.id, exc)
     return retry
+
+
+def carried_headers(request: Any) -> dict[str, Any]:
+    """The headers of the running message that a copy of it carries: not those the broker added
+    (``BROKER_HEADERS``)."""
+    return {name: value for name, value in (request.headers or {}).items() if name not in BROKER_HEADERS}
 
 
 def claim_copy(task: AnyTask, runtime: Waiting, request: Any) -> bool:

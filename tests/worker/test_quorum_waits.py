@@ -84,6 +84,31 @@ def test_a_duplicate_retried_in_less_than_a_second_runs_once_its_key_is_free(
     assert [coord.llen(f"ran:later{n}") for n in range(2)] == [1, 1]
 
 
+def test_a_call_put_off_again_through_the_same_delay_queues_comes_back_each_time(
+    quorum: Callable[..., tuple[Celery, WorkerProcess]], coord: redis.Redis
+) -> None:
+    # Three seconds go through two delay queues (2 s, then 1 s). RabbitMQ drops a message that
+    # expires towards a queue its x-death header names (a cycle; dead-lettered at least once, it
+    # holds it for ever): a copy that carried its previous trip's x-death never came back.
+    body = 'coord.rpush("ran:" + tag, self.request.id)\nif tag == "first":\n    return hold(self, "first")\nreturn tag'
+    task = ModeTask(
+        "quorum.hops",
+        "tag",
+        body,
+        {"lock_key": [], "on_duplicate": "retry", "retry_countdown": 3, "max_retries": 100},
+    )
+    app, proc = quorum(task, "-c", "2", "-n", node("quorum-hops"))
+    sender = task.sender(app)
+    first = sender.delay("first")
+    wait_started(coord, "first")
+    later = sender.delay("later")
+    assert poll(lambda: proc.log().count("Retrying duplicate quorum.hops") >= 3, 40), proc.log()
+    open_gate(coord, "first")
+    assert first.get(timeout=20) == "done first"
+    assert later.get(timeout=30) == "later", proc.log()
+    assert coord.llen("ran:later") == 1
+
+
 def test_a_debounce_of_half_a_second_is_sent_and_runs_its_bursts_last_call(
     quorum: Callable[..., tuple[Celery, WorkerProcess]], coord: redis.Redis
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timezone
 
+import pytest
 import redis
 from amqp.exceptions import ChannelError
 from celery import Celery
@@ -99,16 +100,30 @@ def test_a_wait_longer_than_max_postpone_is_made_of_hops_logged_at_debug(
     )
     app = make_app()
     sender = task.sender(app)
+    take_slots(app, sender, 2)
     results = [sender.delay("acme", n) for n in range(5)]
     assert sorted(result.get(timeout=40) for result in results) == list(range(5))
     assert sorted(n for _, n, _, _ in starts(coord, "acme")) == list(range(5))
     log = proc.log()
-    # Four calls postponed once each; the last waits 4 s in hops of at most 0.5 s.
-    assert log.count("Rate-limited rate.hops[") == 4, log[-3000:]
+    # Five calls postponed once each; the last waits 6 s in hops of at most 0.5 s (a second on
+    # native delayed delivery, which carries nothing shorter).
+    assert log.count("Rate-limited rate.hops[") == 5, log[-3000:]
     hops = [line for line in log.splitlines() if "Re-queued rate-limited rate.hops[" in line]
-    assert len(hops) >= 4 and all("DEBUG" in line for line in hops), hops
+    assert len(hops) >= 5 and all("DEBUG" in line for line in hops), hops
     stats = stats_of(app, name)
-    assert stats is not None and stats["counters"]["rate_limited"] == 4
+    assert stats is not None and stats["counters"]["rate_limited"] == 5
+
+
+def take_slots(app: Celery, sender: object, count: int) -> None:
+    """Take the partition's start and reserve its next ``count - 1`` slots (not calls of the
+    worker's): a call sent next waits more than a second, so it is re-published on every broker
+    (native delayed delivery carries whole seconds: a shorter wait is waited out in the worker)."""
+    key = partition_key(app, sender, "acme", 0)
+    decisions = [
+        decide(runtime_for(app).scripts, key, rate_of("1/s"), f"filler{n}", reserve=True)
+        for n in range(count)
+    ]
+    assert [decision.allowed or decision.reserved for decision in decisions] == [True] * count
 
 
 def test_a_second_copy_of_a_call_never_runs_and_never_reserves(
@@ -127,9 +142,11 @@ def test_a_second_copy_of_a_call_never_runs_and_never_reserves(
     # A call sent twice (as a broker gives a message out again): the first copy runs, the
     # second finds its attempt started and finished.
     first = [sender.apply_async(("acme", 0), task_id="call-0") for _ in range(2)]
+    assert first[0].get(timeout=30) == 0
     # A call postponed, sent twice: the second copy finds the slot held by the first's hop.
+    take_slots(app, sender, 2)
     second = [sender.apply_async(("acme", 1), task_id="call-1") for _ in range(2)]
-    assert first[0].get(timeout=30) == 0 and second[0].get(timeout=30) == 1
+    assert second[0].get(timeout=30) == 1
     assert poll(lambda: proc.log().count("Dropped copy of rate-limited rate.hops[") == 2, 15), proc.log()[
         -3000:
     ]
@@ -143,9 +160,9 @@ def test_a_second_copy_of_a_call_never_runs_and_never_reserves(
     stats = stats_of(app, name)
     assert stats is not None
     assert stats["counters"]["rate_copies_dropped"] == 2 and stats["counters"]["rate_limited"] == 1
-    # Nothing reserved is left behind.
+    # Nothing the calls reserved is left behind.
     key = partition_key(app, sender, "acme", 0)
-    assert [m for m in locks.zrange(key, 0, -1) if m.startswith(b"r:")] == []
+    assert [m for m in locks.zrange(key, 0, -1) if m.startswith(b"r:call")] == []
 
 
 def test_a_revoked_postponed_call_gives_its_slot_back(
@@ -190,6 +207,8 @@ def test_a_revoked_call_waiting_in_the_worker_gives_its_slot_back_as_the_revoke_
     # Issue 50 (5): the postponed call waits out its whole wait in the worker's memory (one hop,
     # as by default), so Celery's task_revoked would come only at its slot, a period away.
     # Seen red before the revoke hook: the next call placed half a period after the revoked one.
+    if "quorum" in urls["broker_conf"]:
+        pytest.skip("native delayed delivery holds the waiting call in the broker, not the worker")
     task = limited("2/m")
     proc = task.start(
         worker_process,
