@@ -95,7 +95,8 @@ def postpone(
         logger.debug(
             "Re-queued rate-limited %s[%s] again: its slot in %s is in %.3fs", task.name, task_id, key, wait
         )
-    # No copy token: its copies are told apart by its reservation, decided with its slot.
+    # No copy token: its copies are told apart by its hop tokens, decided with its slot (or its
+    # wait over a runtime rate) in rate_limit.lua.
     put_off(
         task,
         runtime,
