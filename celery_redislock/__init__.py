@@ -34,7 +34,7 @@ from .errors import (
 if TYPE_CHECKING:
     from .config.limits import declare_limit
     from .integration.task import SingletonTask
-    from .ops.limits import pause_limit, reset_limit, set_limit, show_limits
+    from .ops.limits import pause_limit, reset_limit, resume_limit, set_limit, show_limits
 
 __all__ = [
     "AcquireResult",
@@ -61,6 +61,7 @@ __all__ = [
     "declare_limit",
     "pause_limit",
     "reset_limit",
+    "resume_limit",
     "set_limit",
     "show_limits",
 ]
@@ -70,7 +71,7 @@ __version__ = "0.1.0"
 #: What loading the Celery integration imports, each for what importing it does (see above).
 _CELERY_PARTS = (".ops.control", ".ops.metrics_server", ".integration.worker_handlers", ".modes", ".gates")
 #: The named limits' functions (``config.limits``, ``ops.limits``), loaded on first use.
-_LIMIT_FUNCTIONS = ("declare_limit", "pause_limit", "reset_limit", "set_limit", "show_limits")
+_LIMIT_FUNCTIONS = ("declare_limit", "pause_limit", "reset_limit", "resume_limit", "set_limit", "show_limits")
 #: Registers celery-once's and celery-singleton's task keywords with the task's keyword check.
 _PEER_KEYWORDS = ".compat.peer_keywords"
 

@@ -27,16 +27,20 @@ from .script_runner import ScriptRunner, package_script
 from .timing import to_ms, to_seconds
 
 __all__ = [
+    "MAX_PAUSE",
     "RATE_BUCKET",
     "RATE_CANCEL",
+    "RATE_CHANGE",
     "RATE_LIMIT",
     "RATE_PAUSE",
     "RATE_STATE",
     "Cost",
     "Limit",
+    "PartitionChange",
     "RateDecision",
     "RateState",
     "cancel_limits",
+    "change_partition",
     "check_cost",
     "check_one_slot",
     "clear_runtime_rates",
@@ -53,11 +57,16 @@ RATE_LIMIT = _COMMON + package_script(__package__, "rate_limit.lua")
 RATE_CANCEL = _COMMON + package_script(__package__, "rate_cancel.lua")
 RATE_PAUSE = package_script(__package__, "rate_pause.lua")
 RATE_STATE = package_script(__package__, "rate_state.lua")
+RATE_CHANGE = package_script(__package__, "rate_change.lua")
 RATE_BUCKET = package_script(__package__, "rate_bucket.lua")
 
 #: ``RateDecision.status`` by the script's reply.
-_STATUSES = ("granted", "reserved", "full", "kept", "started", "held")
-_TOO_COSTLY = 6
+_STATUSES = ("granted", "reserved", "full", "kept", "started", "held", "over")
+_OVER = 6
+
+#: The longest pause, in seconds: a stop for longer is a change of the limit's rate, and a
+#: pause's end must stay a whole number of ms Redis can hold.
+MAX_PAUSE = 30 * 24 * 3600.0
 
 #: A call's cost: units of every limit, or one number per limit (in the limits' order).
 Cost = Union[int, Sequence[int]]
@@ -93,12 +102,15 @@ class RateDecision:
     ``status`` says more: ``"granted"``; ``"reserved"`` (a slot reserved now); ``"kept"`` (the
     caller's reservation, kept: it came back early, or its window is still full, or a limit is
     paused); ``"full"`` (nothing reserved); ``"started"`` (this attempt of the caller started
-    already in the window); ``"held"`` (another copy of the caller holds its reservation)."""
+    already in the window); ``"held"`` (another copy of the caller holds its reservation);
+    ``"over"`` (its cost is more than the runtime rates of the limit labelled ``limit`` admit at
+    once: it holds no slot and asks again in ``wait`` seconds, until the limit admits it)."""
 
     allowed: bool
     wait: float = 0.0
     reserved: bool = False
     status: str = ""
+    limit: str = ""
 
     def __bool__(self) -> bool:
         return self.allowed
@@ -192,8 +204,8 @@ def decide_limits(
     ``max_wait`` seconds away), and is granted it when it asks again then with the same id.
     ``next_token`` (a call re-published for its slot): the copy it will publish if told to wait;
     ``token``: the copy asking (``""`` for one never re-published). Without ``next_token`` no
-    copies are told apart. Raises ``OptionError`` (from ``source``) for a cost more than a limit
-    admits at once, its runtime rates included."""
+    copies are told apart. Raises ``OptionError`` (from ``source``) for a cost more than a limit's
+    declared rates admit at once; one more than its runtime rates admit is told ``"over"``."""
     costs = check_cost(limits, cost, source)
     most = "0" if max_wait is None else str(to_ms(max_wait))
     args = [
@@ -207,14 +219,11 @@ def decide_limits(
     ]
     reply: Any = scripts.run(RATE_LIMIT, _limit_keys(limits), args)
     status = int(reply[0])
-    if status == _TOO_COSTLY:
-        limit = limits[int(reply[1]) - 1]
-        wire = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])
-        units = costs[int(reply[1]) - 1]
-        rate = min(rates_from_wire(wire), key=lambda each: each.capacity)
-        raise OptionError("cost", source, _too_costly(limit, units, rate) + " (its runtime rate)")
     name = _STATUSES[status]
-    return RateDecision(name == "granted", to_seconds(int(reply[1])), name in ("reserved", "kept"), name)
+    wait = to_seconds(int(reply[1]))
+    if status == _OVER:
+        return RateDecision(False, wait, False, name, limits[int(reply[2]) - 1].label)
+    return RateDecision(name == "granted", wait, name in ("reserved", "kept"), name)
 
 
 def cancel_limits(
@@ -234,11 +243,53 @@ def cancel_limits(
     return bool(scripts.run(RATE_CANCEL, _limit_keys(limits), args))
 
 
-def pause_limits(scripts: ScriptRunner, limits: Sequence[Limit], seconds: float) -> float:
+def check_pause(seconds: Any, source: str) -> float:
+    """``seconds`` as a pause's length: > 0 and at most ``MAX_PAUSE``; an ``OptionError`` naming
+    the value and ``source`` else."""
+    checked: float = check_argument("seconds", "seconds", seconds, source)
+    if checked > MAX_PAUSE:
+        raise OptionError(
+            "seconds",
+            source,
+            f"must be at most {MAX_PAUSE:.0f} (30 days) for a pause, got {checked:g}: "
+            "for a longer stop, set the limit's rate",
+        )
+    return checked
+
+
+def pause_limits(
+    scripts: ScriptRunner, limits: Sequence[Limit], seconds: float, source: str = "pause"
+) -> float:
     """Pause ``limits`` for ``seconds`` (by the server's clock; a pause ending later is kept);
-    returns the pause's end, in server seconds."""
+    returns the pause's end, in server seconds. ``OptionError`` (from ``source``) for seconds
+    ``check_pause`` refuses."""
+    seconds = check_pause(seconds, source)
     keys = [limit_keys(limit.key)[4] for limit in limits]
     return to_seconds(int(scripts.run(RATE_PAUSE, keys, [str(to_ms(seconds))])))
+
+
+@dataclass(frozen=True)
+class PartitionChange:
+    """What an operator's change did to one partition: the ``dropped`` reservations (calls
+    waiting, each decided anew when it comes back), the seconds its pause had left before
+    (``was_paused``) and has now (``paused``); 0: none."""
+
+    dropped: int
+    was_paused: float
+    paused: float
+
+
+def change_partition(
+    scripts: ScriptRunner, key: str, pause: float | None = None, *, lift: bool = False
+) -> PartitionChange:
+    """An operator's change of the partition logged at ``key`` (``lua/rate_change.lua``): every
+    reservation given up, so the calls waiting are decided anew under what is in force when they
+    come back; ``pause``: a pause of that many seconds from now, replacing any (``check_pause``
+    first); ``lift``: its pause ends now."""
+    action = "lift" if lift else "" if pause is None else str(to_ms(pause))
+    reply: Any = scripts.run(RATE_CHANGE, list(limit_keys(key)), [action])
+    dropped, was, left = (int(each) for each in reply)
+    return PartitionChange(dropped, to_seconds(was), to_seconds(left))
 
 
 def rate_state(scripts: ScriptRunner, key: str, rate: Rate, place: int = 1) -> RateState | None:

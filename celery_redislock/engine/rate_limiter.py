@@ -37,7 +37,7 @@ from typing import Any
 
 from ..errors import OptionError
 from .checks import BadValue, check_argument
-from .keys import limit_keys, rate_keys, rate_limiter_key, rate_overrides_key, reservation_member
+from .keys import rate_keys, rate_limiter_key, rate_overrides_key, reservation_member
 from .leases import Client
 from .rate_decisions import (
     RATE_CANCEL,
@@ -47,6 +47,7 @@ from .rate_decisions import (
     RateDecision,
     RateState,
     cancel_limits,
+    change_partition,
     check_cost,
     check_one_slot,
     clear_runtime_rates,
@@ -212,7 +213,9 @@ class RedisRateLimiter:
             )
             if decision.allowed:
                 return True
-            if not decision.reserved:
+            # Over a runtime rate: no slot to reserve, it asks again until the rate admits it.
+            over = decision.status == "over" and (left is None or decision.wait < left)
+            if not decision.reserved and not over:
                 return False
             try:
                 time.sleep(decision.wait)
@@ -225,22 +228,28 @@ class RedisRateLimiter:
         clock (every limiter that names it in ``also`` too); a call waiting keeps its slot, one
         asking is told the pause's end. A pause ending later is kept. Returns the seconds until
         the pause ends."""
-        seconds = check_argument("seconds", "seconds", seconds, self._source)
-        ends = pause_limits(self._scripts, (self.limit,), seconds)
+        ends = pause_limits(self._scripts, (self.limit,), seconds, self._source)
         return max(0.0, ends - server_time(self.client))
 
     def resume(self) -> bool:
-        """End this limiter's pause now; True when it was paused."""
-        return bool(self.client.delete(limit_keys(self.key)[4]))
+        """End this limiter's pause now; True when it was paused. Like a rate's change, it gives
+        up the slots reserved (``change_partition``): callers waiting ask again as new ones."""
+        return change_partition(self._scripts, self.key, lift=True).was_paused > 0
 
     def set_rate(self, rate: Any) -> tuple[Rate, ...]:
         """Replace this limiter's rates, in Redis, for every process using its name and prefix,
-        from their next decision until ``reset_rate()``; returns them."""
-        return set_runtime_rates(self.client, self.overrides, self.name, rate)
+        from their next decision until ``reset_rate()``; returns them. The slots reserved are
+        given up (``change_partition``): callers waiting ask again under the new rates."""
+        rates = set_runtime_rates(self.client, self.overrides, self.name, rate)
+        change_partition(self._scripts, self.key)
+        return rates
 
     def reset_rate(self) -> bool:
-        """Back to the rates given in the code; True when runtime rates were set."""
-        return clear_runtime_rates(self.client, self.overrides, self.name)
+        """Back to the rates given in the code; True when runtime rates were set. The slots
+        reserved are given up, as by ``set_rate``."""
+        had = clear_runtime_rates(self.client, self.overrides, self.name)
+        change_partition(self._scripts, self.key)
+        return had
 
     def current_rates(self) -> tuple[Rate, ...]:
         """The rates decisions use now: the runtime ones if set, else the code's."""

@@ -13,12 +13,24 @@ from typing import Any
 from .checks import BadValue, got, or_none
 from .timing import to_ms
 
-__all__ = ["Rate", "optional_rate", "parse_rate", "parse_rates", "rate_of", "rates_from_wire", "rates_wire"]
+__all__ = [
+    "MOST",
+    "Rate",
+    "optional_rate",
+    "parse_rate",
+    "parse_rates",
+    "rate_of",
+    "rates_from_wire",
+    "rates_wire",
+]
 
 _PERIODS = {"s": 1, "m": 60, "h": 3600}
 _FORM = re.compile(r"\s*(\d+)\s*/\s*([smh])\s*(?:burst\s+(\d+)\s*)?")
-_WHAT = "must be a rate 'N/s', 'N/m' or 'N/h' (N an int >= 1)"
-_WHAT_BURST = f"{_WHAT}, optionally with a burst: 'N/s burst B' (B an int >= 1)"
+#: The most N or B may be: more than one Redis decides in a period, and the scripts' numbers
+#: (doubles) stay exact far beyond it.
+MOST = 1_000_000_000
+_WHAT = f"must be a rate 'N/s', 'N/m' or 'N/h' (N an int from 1 to {MOST})"
+_WHAT_BURST = f"{_WHAT}, optionally with a burst: 'N/s burst B' (B an int from 1 to {MOST})"
 _WIRE = re.compile(r"(\d+):(\d+):(\d+)")
 _PERIODS_MS = {to_ms(seconds): seconds for seconds in _PERIODS.values()}
 
@@ -69,9 +81,13 @@ def parse_rate(value: Any, *, burst: bool = False) -> Rate:
     limit = int(match.group(1))
     if limit < 1:
         raise BadValue(f"{what}, {got(value, wrong_type=False)} (N is 0)")
+    if limit > MOST:
+        raise BadValue(f"{what}, {got(value, wrong_type=False)} (N is more than {MOST})")
     size = None if match.group(3) is None else int(match.group(3))
     if size is not None and size < 1:
         raise BadValue(f"{what}, {got(value, wrong_type=False)} (B is 0)")
+    if size is not None and size > MOST:
+        raise BadValue(f"{what}, {got(value, wrong_type=False)} (B is more than {MOST})")
     return Rate(limit, _PERIODS[match.group(2)], size)
 
 

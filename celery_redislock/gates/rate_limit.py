@@ -33,7 +33,6 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
-from celery.exceptions import Ignore
 from celery.signals import task_revoked
 from celery.utils.dispatch import Signal
 
@@ -44,33 +43,27 @@ from ..config.schema import OptionSpec
 from ..engine.counting import count
 from ..engine.leases import REDIS_ERRORS
 from ..engine.rate_decisions import cancel_limits, decide_limits, pause_limits
-from ..engine.rate_limiter import RateDecision, confirm_hop
 from ..engine.rates import optional_rate
-from ..engine.timing import to_ms
 from ..errors import RateLimitPaused
 from ..integration.acquisition import Execution
 from ..integration.outcomes import finished, redelivered
 from ..integration.revoked_waiting import waiting_revoked
 from ..integration.runtime import Runtime, runtime_for
-from ..integration.sending import expiry_ttl_ms
-from ..integration.tracing import lock_event
 from ..waits.broker_delay import shortest_broker_wait
-from ..waits.put_off import put_off
 from .rate_calls import (
     HOP_HEADER,
     LIMITS_HEADER,
     LOG_HEADER,
     PAUSES_HEADER,
     RATE_SUFFIX,
-    CallLimits,
     LimitResolver,
     limits_of_message,
-    message_headers,
     pauses_of,
     rate_key,
 )
 from .rate_inventory import LIMIT_SUFFIX, describe_limit_key, describe_rate_key, named_keys
-from .rate_signals import SIGNALS, send_rate_limited, send_rate_paused
+from .rate_postpone import COME_BACK_EARLY, drop_copy, postpone
+from .rate_signals import SIGNALS, send_rate_paused
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
@@ -88,10 +81,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: Seconds before its slot a re-published call is due: it waits out the rest in the worker and
-#: starts on time, where coming back late would delay every later slot of its chain.
-COME_BACK_EARLY = 0.03
 
 
 class RateLimitGate:
@@ -141,6 +130,8 @@ class RateLimitGate:
         "call: its later hops are not counted)",
         "rate_copies_dropped": "second copies of a postponed call dropped (a broker gave one out twice)",
         "rate_paused": "pauses of rate limits raised by a task body (``RateLimitPaused``), its call re-queued",
+        "rate_over_runtime": "decisions that re-queued a call costing more than a runtime rate of its limits "
+        "admits at once (``limit set``), to ask again until the limit admits it",
     }
     #: A partition's log, beside its partition key (``describe_key`` reads its state).
     key_suffixes: ClassVar[Mapping[str, str]] = {RATE_SUFFIX: "rate limit", LIMIT_SUFFIX: "named limit"}
@@ -219,8 +210,10 @@ class RateLimitGate:
                 return
             if decision.status == "held":
                 drop_copy(task, execution, key, "another copy of it holds its slot")
-            # Eager: nothing to re-queue. A wait the broker cannot carry is waited out here.
-            if decision.wait > shortest_broker_wait(task.app) and not request.is_eager:
+            # Eager: nothing to re-queue. A wait the broker cannot carry is waited out here; a
+            # call over a runtime rate may wait as long as the override lasts: never in a worker.
+            over = decision.status == "over"
+            if (over or decision.wait > shortest_broker_wait(task.app)) and not request.is_eager:
                 postpone(task, execution.runtime, calls, decision, token, hop)
             time.sleep(decision.wait)
 
@@ -240,7 +233,7 @@ class RateLimitGate:
         calls = self.limits.of(task, runtime, options)
         chosen = calls.named(paused.limits)
         scripts = runtime.scripts
-        end = pause_limits(scripts, chosen, paused.retry_after)
+        end = pause_limits(scripts, chosen, paused.retry_after, calls.source)
         count("rate_paused")
         send_rate_paused(
             task,
@@ -290,80 +283,6 @@ class RateLimitGate:
         """The partitions of the app's named limits (of those ``task`` names): not beside a lock
         key, under the app's one named-limit tag."""
         return named_keys(runtime, task)
-
-
-def postpone(
-    task: AnyTask,
-    runtime: Runtime,
-    calls: CallLimits,
-    decision: RateDecision,
-    token: str,
-    hop: str,
-    *,
-    paused: bool = False,
-) -> NoReturn:
-    """Re-publish the running call (as copy ``hop``) to come back for its slot, in ``decision.wait``
-    seconds or the broker's safe hold if sooner; counted ``rate_limited`` the first time only
-    (``paused``: re-queued by a pause, counted as that). Or, when its message expires before its
-    slot, give the slot back and end the call as Celery ends an expired one (revoked): a broker
-    that drops an expired message (RabbitMQ's per-message TTL) would leave its caller waiting for
-    nothing. Raises ``Ignore``: no state is stored."""
-    request = task.request
-    task_id = str(request.id)
-    scripts = runtime.scripts
-    key = calls.home
-    wait = decision.wait
-    left_ms = expiry_ttl_ms(request.expires)
-    if left_ms is not None and left_ms < to_ms(wait, minimum=0):
-        logger.warning(
-            "Revoked rate-limited %s[%s]: it expires before its slot in %s (%s) comes, in %.3fs",
-            task.name,
-            task_id,
-            key,
-            calls.describe(),
-            wait,
-        )
-        cancel_limits(scripts, calls.limits, task_id, token, cost=calls.costs)
-        task.backend.mark_as_revoked(task_id, "expired", request=request)
-        raise Ignore()
-    if decision.status == "reserved" and not paused:
-        count("rate_limited", task=task.name)
-        lock_event("postpone", task.name, key, task_id, "rate_limited", wait_seconds=wait)
-        logger.info(
-            "Rate-limited %s[%s]: %s; re-queued to start in %.3fs",
-            task.name,
-            task_id,
-            calls.summary(),
-            wait,
-        )
-        send_rate_limited(task, task_id, key, calls.rates_text(), wait)
-    else:  # a hop of a call postponed already (its first postponement was told), or paused (logged)
-        logger.debug(
-            "Re-queued rate-limited %s[%s] again: its slot in %s is in %.3fs", task.name, task_id, key, wait
-        )
-    # No copy token: its copies are told apart by its reservation, decided with its slot.
-    put_off(
-        task,
-        runtime,
-        wait - COME_BACK_EARLY,
-        precise=True,
-        headers=message_headers(calls, hop, request),
-    )
-    try:
-        confirm_hop(scripts, key, task_id, hop)
-    except REDIS_ERRORS as exc:
-        # The copy published is the pending one: it keeps the slot unconfirmed. Only a copy of
-        # this message delivered again would also be let through, to the grant record.
-        logger.warning("Could not confirm the re-queued copy of %s[%s]: %r", task.name, task_id, exc)
-    raise Ignore()
-
-
-def drop_copy(task: AnyTask, execution: Execution, key: str, why: str) -> NoReturn:
-    """Not run: a second copy of a call (a broker gave its message out again). One INFO line,
-    counted; no state stored, the call's live copy stores its result."""
-    count("rate_copies_dropped")
-    logger.info("Dropped copy of rate-limited %s[%s] (%s): %s", task.name, execution.task_id, key, why)
-    raise Ignore()
 
 
 @task_revoked.connect

@@ -1,5 +1,5 @@
-"""``celery redislock limit show|set|reset|pause``: the named rate limits of the app, changed at
-run time for every worker (``ops.limits``)."""
+"""``celery redislock limit show|set|reset|pause|resume``: the named rate limits of the app,
+changed at run time for every worker (``ops.limits``). Each change says what is in force after it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ..engine.rate_decisions import RateState
 from ..errors import RedisLockError
 from ..gates.rate_inventory import state_text
 from .cli_common import cli_of, echo_listing, redis_errors, runtime_of
-from .limits import LimitInfo, pause_limit, reset_limit, set_limit, show_limits
+from .limits import LimitInfo, change_pause, reset_limit, set_limit, show_limits
 
 __all__ = ["limit"]
 
@@ -54,6 +54,18 @@ def _lines(info: LimitInfo) -> list[str]:
         lines.append(f"  {partition.key}:")  # a line by each rate, in the limit's order
         lines.extend(f"    {rate}: {state_text(state)}" for rate, state in zip(info.rates, partition.states))
     return lines
+
+
+def _info(ctx: click.Context, name: str) -> LimitInfo:
+    return next(info for info in show_limits(cli_of(ctx).app) if info.name == name)
+
+
+def _still_paused(info: LimitInfo) -> str:
+    """What a change of rates leaves of a pause, or ""."""
+    left = max((partition.states[0].paused for partition in info.partitions), default=0.0)
+    if not left:
+        return ""
+    return f"; it stays paused for {left:.3f}s (`limit resume {info.name}` lifts the pause)"
 
 
 def _json(info: LimitInfo) -> dict[str, Any]:
@@ -122,7 +134,15 @@ def set_(ctx: click.Context, name: str, rate: tuple[str, ...]) -> None:
     """Set the limit NAME to RATE ('20/m', '10/s burst 50', '5/s, 20/m')
     for every worker, from its next decision until `limit reset NAME`."""
     rates = set_limit(cli_of(ctx).app, name, " ".join(rate))
-    cli_of(ctx).echo(f"Limit {name} is {_rates(rates)} (runtime override) until reset")
+    info = _info(ctx, name)
+    said = f"Limit {name} is {_rates(rates)} (runtime override) until reset{_still_paused(info)}"
+    most = min(each.capacity for each in rates)
+    if most < min(each.capacity for each in info.declared):
+        said += (
+            f"\nA call costing more than {most} unit(s) of {name} waits, and is not failed, "
+            "until the limit admits it (`limit reset`, or a higher rate)"
+        )
+    cli_of(ctx).echo(said)
 
 
 @limit.command(name="reset", cls=CeleryCommand)
@@ -131,11 +151,15 @@ def set_(ctx: click.Context, name: str, rate: tuple[str, ...]) -> None:
 @redis_errors
 @_refused
 def reset(ctx: click.Context, name: str) -> None:
-    """Give the limit NAME its declared rates back."""
+    """Give the limit NAME its declared rates back (a pause stays: `limit resume`)."""
     had = reset_limit(cli_of(ctx).app, name)
-    cli_of(ctx).echo(
-        f"Limit {name} is back to its declared rates" if had else f"Limit {name} had no runtime override"
+    info = _info(ctx, name)
+    said = (
+        f"Limit {name} is back to its declared rates ({_rates(info.rates)})"
+        if had
+        else f"Limit {name} had no runtime override ({_rates(info.rates)})"
     )
+    cli_of(ctx).echo(said + _still_paused(info))
 
 
 @limit.command(name="pause", cls=CeleryCommand)
@@ -152,7 +176,32 @@ def reset(ctx: click.Context, name: str) -> None:
 @redis_errors
 @_refused
 def pause(ctx: click.Context, name: str, seconds: float, partition: str) -> None:
-    """Admit no call under the limit NAME for SECONDS, on every worker (calls
-    asking are re-queued for after the pause; nothing is dropped)."""
-    pause_limit(cli_of(ctx).app, name, seconds, partition)
-    cli_of(ctx).echo(f"Paused limit {name} for {seconds:g}s")
+    """Admit no call under the limit NAME for SECONDS from now, on every worker
+    (calls asking are re-queued for after the pause; nothing is dropped). It
+    replaces a pause in force, a longer one too."""
+    change = change_pause(cli_of(ctx).app, name, seconds, partition)
+    replaced = f" (replacing a pause with {change.was_paused:.3f}s left)" if change.was_paused else ""
+    cli_of(ctx).echo(f"Paused limit {name} for {seconds:g}s{replaced}")
+
+
+@limit.command(name="resume", cls=CeleryCommand)
+@click.argument("name")
+@click.option(
+    "--partition",
+    cls=CeleryOption,
+    default="",
+    metavar="KEY",
+    help="Only this partition (a key `show` lists).",
+)
+@click.pass_context
+@redis_errors
+@_refused
+def resume(ctx: click.Context, name: str, partition: str) -> None:
+    """Lift the pause of the limit NAME now, on every worker (calls waiting for
+    it are decided again when they come back)."""
+    change = change_pause(cli_of(ctx).app, name, None, partition)
+    cli_of(ctx).echo(
+        f"Limit {name} is no longer paused (it had {change.was_paused:.3f}s left)"
+        if change.was_paused
+        else f"Limit {name} was not paused"
+    )

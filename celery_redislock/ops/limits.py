@@ -1,8 +1,13 @@
 """The named rate limits of an app, from Python and the CLI (``celery redislock limit``): what
 they are (declared rates, runtime rates, each partition's state), a rate changed at run time for
-every worker (from its next decision, until reset), a pause. The decisions read the runtime rates
-in the same script call as they decide (``engine.rate_decisions``), so nothing here restarts or
-signals a worker."""
+every worker (from its next decision, until reset), a pause set, shortened or lifted. The decisions
+read the runtime rates in the same script call as they decide (``engine.rate_decisions``), so
+nothing here restarts or signals a worker.
+
+Every change gives up the slots reserved in the limit's partitions (``change_partition``): a call
+waiting is decided anew, under what is in force, when its message comes back (at the time it was
+re-queued for, or its next hop), and new calls are placed by the new rate alone, never after
+slots placed by the old one."""
 
 from __future__ import annotations
 
@@ -12,12 +17,12 @@ from typing import Any
 from celery import Celery
 
 from ..config.limits import NamedLimit, unknown_limit
-from ..engine.checks import check_argument
 from ..engine.rate_decisions import (
-    Limit,
+    PartitionChange,
     RateState,
+    change_partition,
+    check_pause,
     clear_runtime_rates,
-    pause_limits,
     rate_state,
     runtime_rates,
     set_runtime_rates,
@@ -28,7 +33,17 @@ from ..gates.rate_calls import catalog_of, named_log, overrides_of
 from ..gates.rate_inventory import partition_keys
 from ..integration.runtime import Runtime, runtime_for
 
-__all__ = ["LimitInfo", "PartitionInfo", "pause_limit", "reset_limit", "set_limit", "show_limits"]
+__all__ = [
+    "LimitChange",
+    "LimitInfo",
+    "PartitionInfo",
+    "change_pause",
+    "pause_limit",
+    "reset_limit",
+    "resume_limit",
+    "set_limit",
+    "show_limits",
+]
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,17 @@ class LimitInfo:
     partitions: tuple[PartitionInfo, ...]
 
 
+@dataclass(frozen=True)
+class LimitChange:
+    """What an operator's change did to a named limit's partitions: the calls waiting whose slots
+    were given up (``dropped``), the longest pause left before (``was_paused``, seconds) and now
+    (``paused``); 0: none."""
+
+    dropped: int
+    was_paused: float
+    paused: float
+
+
 def _known(runtime: Runtime, name: str, source: str) -> NamedLimit:
     catalog = catalog_of(runtime)
     limit = catalog.get(name)
@@ -68,34 +94,68 @@ def _known(runtime: Runtime, name: str, source: str) -> NamedLimit:
     return limit
 
 
+def _change(
+    runtime: Runtime, name: str, partition: str, pause: float | None = None, *, lift: bool = False
+) -> LimitChange:
+    """``change_partition`` on ``partition`` (a log key ``show_limits`` lists; "": every
+    partition the limit has now, and its one partition)."""
+    prefix = runtime.settings.key_prefix
+    keys = [partition] if partition else sorted({named_log(prefix, name), *partition_keys(runtime, name)})
+    changes: list[PartitionChange] = [
+        change_partition(runtime.scripts, key, pause, lift=lift) for key in keys
+    ]
+    return LimitChange(
+        sum(each.dropped for each in changes),
+        max(each.was_paused for each in changes),
+        max(each.paused for each in changes),
+    )
+
+
 def set_limit(app: Celery, name: str, rate: Any) -> tuple[Rate, ...]:
     """Replace the rates of the named limit ``name`` for every worker of ``app``, from each one's
     next decision until ``reset_limit``: ``rate`` as ``redislock_limits`` takes it. Returns the
-    rates set. ``OptionError`` for a name not declared or a rate it cannot read."""
+    rates set. ``OptionError`` for a name not declared or a rate it cannot read (nothing is
+    changed then). A call costing more than the new rates admit at once waits, never fails, until
+    the limit admits it."""
     runtime = runtime_for(app)
     _known(runtime, name, f"set_limit({name!r})")
-    return set_runtime_rates(runtime.scripts.client, overrides_of(runtime.settings.key_prefix), name, rate)
+    rates = set_runtime_rates(runtime.scripts.client, overrides_of(runtime.settings.key_prefix), name, rate)
+    _change(runtime, name, "")
+    return rates
 
 
 def reset_limit(app: Celery, name: str) -> bool:
-    """Back to the declared rates of ``name``; True when a runtime rate was set."""
+    """Back to the declared rates of ``name``; True when a runtime rate was set. A pause stays
+    (``resume_limit`` lifts it)."""
     runtime = runtime_for(app)
     _known(runtime, name, f"reset_limit({name!r})")
-    return clear_runtime_rates(runtime.scripts.client, overrides_of(runtime.settings.key_prefix), name)
+    had = clear_runtime_rates(runtime.scripts.client, overrides_of(runtime.settings.key_prefix), name)
+    _change(runtime, name, "")
+    return had
+
+
+def change_pause(app: Celery, name: str, seconds: float | None, partition: str = "") -> LimitChange:
+    """Pause the named limit ``name`` (one ``partition``, a log key ``show_limits`` lists; "":
+    every partition it has now, and its one partition) for ``seconds`` from now on every worker,
+    replacing any pause (a longer one is shortened); None: lift its pause. ``OptionError`` for
+    seconds not > 0 or over ``MAX_PAUSE`` (nothing is changed then)."""
+    runtime = runtime_for(app)
+    source = f"pause_limit({name!r})"
+    _known(runtime, name, source)
+    if seconds is None:
+        return _change(runtime, name, partition, lift=True)
+    return _change(runtime, name, partition, check_pause(seconds, source))
 
 
 def pause_limit(app: Celery, name: str, seconds: float, partition: str = "") -> float:
-    """Pause the named limit ``name`` (one ``partition``, a log key ``show_limits`` lists; "":
-    every partition it has now, and its one partition) for ``seconds`` on every worker; returns
-    the pause's end, in the Redis server's seconds."""
-    runtime = runtime_for(app)
-    source = f"pause_limit({name!r})"
-    limit = _known(runtime, name, source)
-    seconds = check_argument("seconds", "seconds", seconds, source)
-    prefix = runtime.settings.key_prefix
-    keys = [partition] if partition else sorted({named_log(prefix, name), *partition_keys(runtime, name)})
-    ends = [pause_limits(runtime.scripts, (Limit(key, limit.rates, name),), seconds) for key in keys]
-    return max(ends)
+    """``change_pause`` for ``seconds``; returns the seconds the pause lasts from now."""
+    return change_pause(app, name, seconds, partition).paused
+
+
+def resume_limit(app: Celery, name: str, partition: str = "") -> float:
+    """Lift the pause of the named limit ``name`` (one ``partition``; "": all); returns the
+    seconds it had left (0: it was not paused)."""
+    return change_pause(app, name, None, partition).was_paused
 
 
 def show_limits(app: Celery) -> list[LimitInfo]:

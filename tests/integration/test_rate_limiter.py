@@ -115,8 +115,8 @@ def test_the_log_expires_when_no_entry_matters_any_more(redislock_redis: redis.R
     [
         (
             "10/x",
-            "must be a rate 'N/s', 'N/m' or 'N/h' (N an int >= 1), optionally with a burst: "
-            "'N/s burst B' (B an int >= 1), got '10/x'",
+            "must be a rate 'N/s', 'N/m' or 'N/h' (N an int from 1 to 1000000000), optionally with a burst: "
+            "'N/s burst B' (B an int from 1 to 1000000000), got '10/x'",
         ),
         ("10/s burst 0", "got '10/s burst 0' (B is 0)"),
         ("5/s, 5/s", "must not name a rate twice, got '5/s, 5/s'"),

@@ -40,6 +40,7 @@ REPORTED = (
     "rate_limited",
     "rate_copies_dropped",
     "rate_paused",
+    "rate_over_runtime",
     "fair_assigned",
     "fair_unassigned",
     "fair_capped",

@@ -31,7 +31,7 @@ def test_rates_in_celerys_format(text: str, rate: Rate) -> None:
 @pytest.mark.parametrize(
     ("value", "problem"),
     [
-        ("10/d", "must be None or a rate 'N/s', 'N/m' or 'N/h' (N an int >= 1), got '10/d'"),
+        ("10/d", "must be None or a rate 'N/s', 'N/m' or 'N/h' (N an int from 1 to 1000000000), got '10/d'"),
         ("-1/s", "got '-1/s'"),
         ("0/m", "got '0/m' (N is 0)"),
         (10, "got 10 (a int)"),

@@ -204,7 +204,7 @@ def test_the_limit_commands_show_set_and_reset(make_app: Callable[..., Celery], 
     assert "llm  5/s, 20/m  [redislock_limits]" in shown
     refused = run("set", "partnr", "5/s")
     assert refused.exit_code != 0 and "did you mean 'partner'?" in refused.output
-    assert run("reset", "partner").output == "Limit partner is back to its declared rates\n"
+    assert run("reset", "partner").output == "Limit partner is back to its declared rates (10/s)\n"
     assert run("pause", "llm", "30").output == "Paused limit llm for 30s\n"
     assert "paused for 29." in run("show").output or "paused for 30.000s" in run("show").output
 

@@ -50,7 +50,7 @@ from kombu.message import Message
 
 from celery_redislock.gates.rate_limit import HOP_HEADER
 
-logging.getLogger("celery_redislock.gates.rate_limit").setLevel(logging.DEBUG)
+logging.getLogger("celery_redislock.gates").setLevel(logging.DEBUG)
 app.conf.update({TRANSPORT!r})
 
 acknowledge = Message.ack

@@ -46,7 +46,7 @@ def settings(**conf: object) -> str:
     """Worker-module lines: the app's settings, and the gate's DEBUG lines in its log."""
     return (
         "import logging\n"
-        'logging.getLogger("celery_redislock.gates.rate_limit").setLevel(logging.DEBUG)\n'
+        'logging.getLogger("celery_redislock.gates").setLevel(logging.DEBUG)\n'
         f"app.conf.update({conf!r})\n"
     )
 

@@ -64,7 +64,7 @@ class SQSBroker:
         hops (logged at DEBUG) in its log."""
         return (
             "import logging\n"
-            'logging.getLogger("celery_redislock.gates.rate_limit").setLevel(logging.DEBUG)\n'
+            'logging.getLogger("celery_redislock.gates").setLevel(logging.DEBUG)\n'
             f"app.conf.update({self.conf(**more)!r})\n"
         )
 

@@ -23,19 +23,14 @@
 -- Returns     {0, 0} granted now; {1, ms} reserved ms from now; {2, ms} not reserved, the next
 --             free slot is ms from now; {3, ms} its reservation kept, ms from now (a call back
 --             early, or whose window is still full, or paused); {4, 0} this attempt started
---             already; {5, 0} its reservation is held by another copy of the call; {6, i, rates}
---             its cost is more than limit i's runtime rates admit at once
+--             already; {5, 0} its reservation is held by another copy of the call; {6, ms, i}
+--             its cost is more than limit i's runtime rates admit at once: it holds no slot and
+--             asks again in ms
 local granted, own, mine, next_token = ARGV[1], ARGV[2], ARGV[5], ARGV[6]
 local limits = read_limits(7)
 local home = limits[1]
-
-for i, limit in ipairs(limits) do
-  for _, rate in ipairs(limit.rates) do
-    if limit.cost > (rate.burst > 0 and rate.burst or rate.limit) then
-      return {6, i, redis.call('HGET', limit.overrides, limit.name) or ''}
-    end
-  end
-end
+-- A call over a runtime rate asks again at most this often (ms): an operator's reset is seen soon.
+local RECHECK_MOST = 60000
 
 -- A start at exactly now - period shares a closed window of one period with now: it stays.
 for i, limit in ipairs(limits) do
@@ -127,17 +122,40 @@ if redis.call('ZSCORE', home.log, granted) then
   return {4, 0}
 end
 
-local at = redis.call('ZSCORE', home.reserved, own)
-if at then
-  if next_token ~= '' then
-    local tokens = redis.call('HGET', home.hops, own)
-    if tokens then
-      local cur, pending = string.match(tokens, '^([^|]*)|(.*)$')
-      if mine ~= cur and (pending == '' or mine ~= pending) then
-        return {5, 0}
-      end
+-- The tokens outlive a reservation an operator's change gave up (rate_change.lua): the live copy
+-- is then decided as a new call, a stale one is still told apart.
+if next_token ~= '' then
+  local tokens = redis.call('HGET', home.hops, own)
+  if tokens then
+    local cur, pending = string.match(tokens, '^([^|]*)|(.*)$')
+    if mine ~= cur and (pending == '' or mine ~= pending) then
+      return {5, 0}
     end
   end
+end
+
+-- A cost more than a runtime rate admits at once (the declared rates admit it: the caller checked
+-- them): it cannot start while that rate is in force, and is not failed for an operator's change.
+-- It holds no slot (its units would keep others out) and asks again a period later, at most
+-- RECHECK_MOST.
+for i, limit in ipairs(limits) do
+  for _, rate in ipairs(limit.rates) do
+    if limit.cost > (rate.burst > 0 and rate.burst or rate.limit) then
+      for j, each in ipairs(limits) do
+        remove_units(each, own, units(each, j))
+      end
+      local wait = math.min(rate.period, RECHECK_MOST)
+      hand_on()
+      if redis.call('PTTL', home.hops) < wait + home.horizon then
+        redis.call('PEXPIRE', home.hops, wait + home.horizon)
+      end
+      return {6, wait, i}
+    end
+  end
+end
+
+local at = redis.call('ZSCORE', home.reserved, own)
+if at then
   local room = math.max(tonumber(at), paused_until())
   if room > now then
     hand_on()
