@@ -9,8 +9,8 @@ brought back heal by themselves.
 - A lane holding more messages than it is counted is counted that busy (``heal_floor``): calls
   sent while the counts were lost (a flush, a restart without data) are counted nowhere else.
 
-Off the send path and the task's: only workers look, one round trip per queue and lane looked
-at, each round.
+Off the send path and the task's: only workers look, each look two reads of the lock Redis per
+queue, one passive declare per lane, and a script call only for a lane whose count it changes.
 """
 
 from __future__ import annotations
