@@ -5,7 +5,8 @@ queue for all that gathered (``FairLanes.started_many``), so a call's start pays
 A ticket waits at most ``FLUSH_DELAY`` plus a round trip; ``stop()`` (the worker's shutdown)
 counts out what is left. A process killed in between loses its buffer: a call given out again
 is counted out by its next receipt (its ticket is still queued in Redis), one acknowledged stays
-counted until ``celery redislock fair reset``.
+counted until a worker finds its lane empty (``gates.fair_heal``) or ``celery redislock fair
+reset``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ __all__ = [
     "copy_key",
     "fair_keys",
     "fair_load_glob",
+    "fair_marks_key",
     "fair_queue_of",
     "fence_key",
     "format_key",
@@ -185,3 +186,9 @@ def fair_expiry_key(prefix: str, queue: str) -> str:
     """The queued calls of ``queue`` sent with an expiry (a sorted set, by when it passes), in
     the slot of :func:`fair_keys`."""
     return slot_key(f"{prefix}:fair:{queue}", "expiry")
+
+
+def fair_marks_key(prefix: str, queue: str) -> str:
+    """Each lane's generation and last ticket assigned (a hash: the lanes' counts set right by
+    what the broker holds, ``lua/fair_heal.lua``), in the slot of :func:`fair_keys`."""
+    return slot_key(f"{prefix}:fair:{queue}", "marks")

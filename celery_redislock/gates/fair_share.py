@@ -49,6 +49,7 @@ from ..integration.acquisition import Execution
 from ..integration.mode import Send
 from ..integration.queues import destination, lane_name, lane_queue
 from ..integration.runtime import Runtime, app_layers_ask, run_function, runtime_for
+from . import fair_heal as _fair_heal  # noqa: F401  # connects its worker signals
 from .fair_receipt import FAIR_HEADER
 from .fair_requeue import CAP_RECHECK, came_due, capped, due
 
@@ -117,6 +118,7 @@ class FairShareGate:
         "fair_unassigned": "fair calls sent to a hashed lane: Redis was unreachable at send",
         "fair_capped": "fair calls over their tenant's ``fair_cap``, re-queued to their lane",
         "fair_due": "fair calls whose countdown or ETA came, re-queued to their lane to wait their turn",
+        "fair_healed": "lanes whose count a worker set right by what the broker holds there",
     }
     key_suffixes: ClassVar[Mapping[str, str]] = {CAP_SUFFIX: "fair share cap"}
     signals: ClassVar[Mapping[str, Signal]] = {}

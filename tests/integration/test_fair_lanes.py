@@ -75,10 +75,9 @@ def test_a_weight_spreads_a_tenant_over_that_many_lanes(redislock_redis: redis.R
 
 def test_fewer_lanes_than_before_keeps_calls_within_the_lanes(redislock_redis: redis.Redis) -> None:
     lanes = lanes_of(redislock_redis)
-    for n in range(4):
-        lanes.assign(f"t{n}", f"x{n}", 8)
-    assert lanes.state().load.keys() == {0, 1, 2, 3}
-    assert lanes.assign("t3", "y", 2) in (0, 1)  # its lane 3 no longer exists
+    eight = {lanes.assign(f"t{n}", f"x{n}", 8) for n in range(8)}
+    assert eight == set(range(8))  # each alone in a lane of eight
+    assert lanes.assign("t7", "y", 2) in (0, 1)  # its lane 7 no longer exists
 
 
 def test_the_keys_of_a_queue_share_a_slot_and_keep_a_prefix_tag() -> None:

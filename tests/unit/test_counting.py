@@ -45,6 +45,7 @@ REPORTED = (
     "fair_unassigned",
     "fair_capped",
     "fair_due",
+    "fair_healed",
 )
 
 

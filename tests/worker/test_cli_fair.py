@@ -47,8 +47,9 @@ def test_fair_show_lists_each_tenants_backlog_lanes_and_share(
     result = celery("redislock", "fair", "show")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "celery  7 queued in 2 of 4 lanes  [lane:calls 0:6, 1:1]"
-    assert lines[1] == "  acme: 6 queued in lane(s) 0:6, share 50%, 0 running"
+    # Each in its hashed lane (hashed_lane: acme's is 2, bravo's 1), the tie of empty lanes.
+    assert lines[0] == "celery  7 queued in 2 of 4 lanes  [lane:calls 1:1, 2:6]"
+    assert lines[1] == "  acme: 6 queued in lane(s) 2:6, share 50%, 0 running"
     assert lines[2] == "  bravo: 1 queued in lane(s) 1:1, share 50%, 0 running"
     [shown] = json.loads(celery("redislock", "fair", "show", "--queue", "celery", "--json").stdout)
     assert shown["queue"] == "celery" and shown["lanes"] == 4 and shown["queued"] == 7

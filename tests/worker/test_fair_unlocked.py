@@ -10,7 +10,7 @@ from collections import Counter
 
 import redis
 
-from celery_redislock.engine.keys import fair_expiry_key, fair_keys
+from celery_redislock.engine.keys import fair_expiry_key, fair_keys, fair_marks_key
 from tests.harness import GrantRecorder
 
 from .conftest import open_gate, stats_of, wait_started
@@ -20,7 +20,11 @@ from .test_fair_tenants import FEW, FLOOD, ahead, starts, tenant_task
 from .test_rate_limit import check_drain, partition_key
 
 #: Every key fair share keeps for the default queue: all that an unlocked fair task leaves.
-FAIR_KEYS = {*fair_keys("redislock", "celery"), fair_expiry_key("redislock", "celery")}
+FAIR_KEYS = {
+    *fair_keys("redislock", "celery"),
+    fair_expiry_key("redislock", "celery"),
+    fair_marks_key("redislock", "celery"),
+}
 
 
 def test_b_is_served_in_turn_without_the_lock(

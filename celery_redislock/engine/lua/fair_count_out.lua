@@ -3,6 +3,19 @@
 -- KEYS[2]  each tenant's backlog (hash: tenant -> JSON object lane -> calls queued)
 -- KEYS[3]  each queued call (hash: ticket -> tenant TAB lane)
 -- KEYS[4]  the queued calls sent with an expiry (sorted set: ticket by when it expires)
+-- KEYS[5]  each lane's marks (hash: 'g' lane -> its generation, 's' lane -> the last ticket
+--          assigned to it); kept while any call is queued
+-- A lane's field in KEYS[1..3] is lane + STRIDE * its generation: a lane the workers found empty
+-- in the broker while counted busy gets a new generation (fair_heal.lua), and what was counted
+-- under the old one (a restored snapshot's calls, long run) no longer counts.
+local STRIDE = 1024
+
+-- No call counted, none of an old generation: the marks go, as every other key has.
+local function forget_marks()
+  if KEYS[5] and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
+    redis.call('DEL', KEYS[5])
+  end
+end
 
 -- Count a queued call out of its tenant's and its lane's backlog, once: true if it was queued.
 local function count_out(ticket)
@@ -31,6 +44,7 @@ local function count_out(ticket)
   if redis.call('HINCRBY', KEYS[1], lane, -1) <= 0 then
     redis.call('HDEL', KEYS[1], lane)
   end
+  forget_marks()
   return true
 end
 
