@@ -296,7 +296,10 @@ def test_the_web_command_refuses_an_auth_it_cannot_read(tmp_path: Path, urls: di
             "ops:",
         ],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
+        },
         capture_output=True,
         text=True,
         timeout=60,
