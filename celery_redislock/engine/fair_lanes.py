@@ -97,15 +97,20 @@ class FairLanes:
                 return swept
 
     def state(self) -> LaneState:
-        """The lanes' backlogs now (three reads, not one snapshot: for display)."""
-        client = self.runner.client
+        """The lanes' backlogs now: three reads in one pipeline (one round trip; the keys share a
+        slot), not one snapshot: for display."""
         load_key, tenants_key, calls_key = self.keys
-        load = {int(as_text(lane)): int(n) for lane, n in client.hgetall(load_key).items()}
+        pipe = self.runner.client.pipeline(transaction=False)
+        pipe.hgetall(load_key)
+        pipe.hgetall(tenants_key)
+        pipe.hlen(calls_key)
+        loads, raw_tenants, queued = pipe.execute()
+        load = {int(as_text(lane)): int(n) for lane, n in loads.items()}
         tenants = {
             as_text(tenant): {int(lane): int(n) for lane, n in json.loads(as_text(raw)).items()}
-            for tenant, raw in client.hgetall(tenants_key).items()
+            for tenant, raw in raw_tenants.items()
         }
-        return LaneState(load, tenants, int(client.hlen(calls_key)))
+        return LaneState(load, tenants, int(queued))
 
     def reset(self) -> bool:
         """Forget every backlog of the queue (its messages stay queued and run; their starts are
