@@ -23,7 +23,7 @@ from .checks import BadValue, check_argument
 from .keys import grant_member, limit_keys, rate_overrides_key, reservation_member
 from .leases import Client
 from .rates import Rate, parse_rates, rates_from_wire, rates_wire
-from .script_runner import ScriptRunner, package_script
+from .script_runner import ScriptRunner, batched_scripts, package_script
 from .timing import to_ms, to_seconds
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "decide_limits",
     "pause_limits",
     "rate_state",
+    "rate_states",
     "runtime_rates",
     "runtime_rates_of",
     "set_runtime_rates",
@@ -295,25 +296,43 @@ def change_partition(
 def rate_state(scripts: ScriptRunner, key: str, rate: Rate, place: int = 1) -> RateState | None:
     """The partition logged at ``key`` now, by ``rate`` (the ``place``-th of its limit's rates): a
     window's starts, or a bucket's units; None when its key holds something else."""
+    script, call = _state_call(key, rate, place)
+    return _state_of(rate, scripts.run(script, *call))
+
+
+def rate_states(scripts: ScriptRunner, asked: Sequence[tuple[str, Rate, int]]) -> list[RateState | None]:
+    """``rate_state`` of each ``(key, rate, place)``, read in one batch of script calls (one
+    round trip per kind of rate, a window's and a bucket's; on a cluster, per node)."""
+    by_script: dict[str, list[tuple[int, tuple[list[str], list[str]]]]] = {}
+    for index, (key, rate, place) in enumerate(asked):
+        script, call = _state_call(key, rate, place)
+        by_script.setdefault(script, []).append((index, call))
+    found: list[RateState | None] = [None] * len(asked)
+    for script, calls in by_script.items():
+        replies = batched_scripts(scripts, script, [call for _, call in calls])
+        for (index, _), reply in zip(calls, replies):
+            found[index] = _state_of(asked[index][1], reply)
+    return found
+
+
+def _state_call(key: str, rate: Rate, place: int) -> tuple[str, tuple[list[str], list[str]]]:
     log, reserved, _, bucket, pause = limit_keys(key)
-    if rate.burst is not None:
-        args = [str(rate.limit), str(rate.period_ms), str(rate.burst), str(place)]
-        found: Any = scripts.run(RATE_BUCKET, [bucket, pause, reserved], args)
-        if not found:
-            return None
-        tokens, full_ms, free_ms, paused_ms, waiting = (int(each) for each in found)
-        return RateState(
-            0,
-            waiting,
-            to_seconds(free_ms),
-            to_seconds(paused_ms),
-            rate.burst,
-            tokens,
-            to_seconds(full_ms),
-        )
-    reply: Any = scripts.run(RATE_STATE, [log, reserved, pause], [str(rate.limit), str(rate.period_ms)])
+    if rate.burst is None:
+        return RATE_STATE, ([log, reserved, pause], [str(rate.limit), str(rate.period_ms)])
+    return RATE_BUCKET, (
+        [bucket, pause, reserved],
+        [str(rate.limit), str(rate.period_ms), str(rate.burst), str(place)],
+    )
+
+
+def _state_of(rate: Rate, reply: Any) -> RateState | None:
     if not reply:
         return None
+    if rate.burst is not None:
+        tokens, full_ms, free_ms, paused_ms, waiting = (int(each) for each in reply)
+        return RateState(
+            0, waiting, to_seconds(free_ms), to_seconds(paused_ms), rate.burst, tokens, to_seconds(full_ms)
+        )
     started, waiting, next_ms, paused_ms = reply
     return RateState(int(started), int(waiting), to_seconds(int(next_ms)), to_seconds(int(paused_ms)))
 

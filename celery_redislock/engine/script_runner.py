@@ -34,6 +34,7 @@ __all__ = [
     "NX",
     "PX",
     "ScriptRunner",
+    "batched_scripts",
     "is_redis_pys_own",
     "package_script",
     "pipelined_scripts",
@@ -301,4 +302,30 @@ def pipelined_scripts(
             break
         client.script_load(script)
         pending = missing
+    return replies
+
+
+def batched_scripts(
+    runner: ScriptRunner, script: str, calls: Sequence[tuple[Sequence[str], Sequence[str]]]
+) -> list[Any]:
+    """The replies of ``script`` called once per ``(keys, args)`` (each call's keys in one slot),
+    in as few round trips as the client allows: one pipeline on a Redis server; on a cluster,
+    one pipeline per node, to the node of each call's keys (a cluster pipeline refuses EVALSHA,
+    a node's own client does not). A node's calls that fail there (a slot moved since the client
+    learnt the map) are sent again one by one through the cluster client, which follows them."""
+    client = runner.client
+    if isinstance(client, redis.Redis):
+        return pipelined_scripts(client, script, calls)
+    by_node: dict[str, tuple[Any, list[int]]] = {}
+    for index, (keys, _) in enumerate(calls):
+        node = client.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
+        by_node.setdefault(node.name, (node, []))[1].append(index)
+    replies: list[Any] = [None] * len(calls)
+    for node, indexes in by_node.values():
+        try:
+            found = pipelined_scripts(client.get_redis_connection(node), script, [calls[i] for i in indexes])
+        except RedisError:
+            found = [runner.run(script, *calls[i]) for i in indexes]
+        for index, reply in zip(indexes, found):
+            replies[index] = reply
     return replies

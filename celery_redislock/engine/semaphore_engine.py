@@ -19,7 +19,7 @@ from .leases import (
     SlotResult,
     as_text,
 )
-from .script_runner import ScriptRunner, pipelined_scripts
+from .script_runner import ScriptRunner, batched_scripts, pipelined_scripts
 from .scripts import (
     SEM_ACQUIRE,
     SEM_RELEASE,
@@ -113,10 +113,9 @@ class SemaphoreEngine(BatchRenewal):
         return () if state is None else tuple(holder for holder, _ in state.holders)
 
     def states(self, keys: Sequence[str]) -> list[SemaphoreState | None]:
-        """:meth:`state` of each key, in one round trip (a pipeline)."""
-        assert isinstance(self.client, redis.Redis)  # a cluster's engine overrides this
+        """:meth:`state` of each key, in one round trip (a pipeline; on a cluster, one per node)."""
         calls = [((key, semaphore_keys(key)[0]), ()) for key in keys]
-        return [_semaphore_state(reply) for reply in pipelined_scripts(self.client, SEM_STATE, calls)]
+        return [_semaphore_state(reply) for reply in batched_scripts(self.runner, SEM_STATE, calls)]
 
     def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
         return renew_report(batch, flatten(self._renew_calls([self._renew_call(c) for c in chunks(batch)])))
@@ -151,12 +150,6 @@ class ClusterSemaphoreEngine(SemaphoreEngine):
         # over slots: the chunks go one by one, through the cluster client (which follows a
         # slot that moved), not in one pipeline (a cluster pipeline refuses EVALSHA).
         return [self.runner.run(SEM_RENEW, keys, args) for keys, args in calls]
-
-    def states(self, keys: Sequence[str]) -> list[SemaphoreState | None]:
-        # A cluster pipeline refuses EVALSHA: one call per semaphore, each to its node.
-        return [
-            _semaphore_state(self.runner.run(SEM_STATE, (key, semaphore_keys(key)[0]), ())) for key in keys
-        ]
 
 
 def make_semaphore_engine(client: Client) -> SemaphoreEngine:

@@ -20,6 +20,7 @@ from .fair_cli import fair
 from .inventory import mode_keys
 from .limit_cli import limit
 from .listing import Lock, held_locks, lock_pattern, purge_locks, release_held, scan_locks
+from .terminal import printable
 from .web_cli import web
 
 __all__ = ["redislock"]
@@ -69,6 +70,9 @@ def _ttl_text(lock: Lock) -> str:
 
 def _table(locks: list[Lock]) -> Iterator[str]:
     header = Lock("KEY", "TASK", "HOLDER", 0)
+    locks = [
+        Lock(printable(lock.key), printable(lock.task), printable(lock.holder), lock.ttl_ms) for lock in locks
+    ]
     ttl_texts = ["TTL", *map(_ttl_text, locks)]
     key_width = max(len(lock.key) for lock in [header, *locks])
     task_width = max(len(lock.task) for lock in [header, *locks])
@@ -215,13 +219,13 @@ def release(ctx: click.Context, key: str, yes: bool) -> None:
     if holder is None:
         raise CeleryCommandException(f"No lock {key}", EX_FAILURE)
     if not yes and _interactive():
-        click.confirm(f"Release {key} (held by {holder})?", abort=True)
+        click.confirm(f"Release {printable(key)} (held by {printable(holder)})?", abort=True)
     # Compare-and-delete: a lock that changed hands since it was shown is left alone.
     if not release_held(runtime, key, [holder]):
         now = engine.holder_of(key)
-        state = "has expired" if now is None else f"is now held by {now}"
-        raise CeleryCommandException(f"Lock {key} was not released: it {state}", EX_FAILURE)
-    cli_of(ctx).echo(f"Released {key} (held by {holder})")
+        state = "has expired" if now is None else f"is now held by {printable(now)}"
+        raise CeleryCommandException(f"Lock {printable(key)} was not released: it {state}", EX_FAILURE)
+    cli_of(ctx).echo(f"Released {printable(key)} (held by {printable(holder)})")
 
 
 def _release_slots(ctx: click.Context, runtime: Runtime, key: str, yes: bool) -> bool:
@@ -231,11 +235,11 @@ def _release_slots(ctx: click.Context, runtime: Runtime, key: str, yes: bool) ->
     if state is None or not state.holders:
         return False
     holders = [holder for holder, _ in state.holders]
-    shown = ", ".join(holders)
+    shown = ", ".join(map(printable, holders))
     if not yes and _interactive():
-        click.confirm(f"Release {key} (held by {shown})?", abort=True)
+        click.confirm(f"Release {printable(key)} (held by {shown})?", abort=True)
     released = release_held(runtime, key, holders)
-    cli_of(ctx).echo(f"Released {released} of {len(holders)} holder(s) of {key} ({shown})")
+    cli_of(ctx).echo(f"Released {released} of {len(holders)} holder(s) of {printable(key)} ({shown})")
     return True
 
 
@@ -270,7 +274,7 @@ def purge(ctx: click.Context, task: str | None, yes: bool, verbose: bool) -> Non
         nonlocal count
         count += 1
         if verbose:
-            cli.echo(key)
+            cli.echo(printable(key))
 
     try:
         purge_locks(runtime, task, removed)

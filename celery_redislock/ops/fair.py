@@ -4,12 +4,12 @@ them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from celery import Celery
 
-from ..engine.fair_lanes import FairLanes, LaneState
+from ..engine.fair_lanes import FairLanes
 from ..engine.keys import fair_load_glob, fair_queue_of
 from ..engine.leases import as_text
 from ..gates.fair_share import GATE
@@ -17,7 +17,16 @@ from ..integration.queues import base_queue
 from ..integration.runtime import runtime_for
 from ..integration.task import SingletonTask
 
-__all__ = ["QueueInfo", "TenantInfo", "fair_queues", "left_in_lanes", "reset_fair", "show_fair"]
+__all__ = [
+    "QueueInfo",
+    "TenantInfo",
+    "fair_queues",
+    "left_in_lanes",
+    "reset_fair",
+    "running",
+    "running_counts",
+    "show_fair",
+]
 
 
 @dataclass(frozen=True)
@@ -80,24 +89,41 @@ def left_in_lanes(app: Celery) -> dict[str, int]:
     return found
 
 
-def show_fair(app: Celery, queues: Iterable[str] = ()) -> list[QueueInfo]:
+def show_fair(app: Celery, queues: Iterable[str] = (), read_running: bool = True) -> list[QueueInfo]:
     """Each fair queue's state now (``fair_queues``, and with no ``queues`` named, those whose
     lanes still hold calls of a release that was fair: ``left_in_lanes``), the calls whose
-    expiry passed counted out first (a broker may have dropped them unseen). Raises
-    ``redis.RedisError`` when Redis is unreachable."""
+    expiry passed counted out first (a broker may have dropped them unseen). A few round trips
+    per queue, whatever its tenants: their running calls are read in one batch (not at all
+    without ``read_running``: each ``running`` is None, for a caller that reads the counts of
+    the tenants it shows, ``running_counts``). Raises ``redis.RedisError`` when Redis is
+    unreachable."""
     runtime = runtime_for(app)
     prefix = runtime.settings.key_prefix
-    infos = []
     shown = fair_queues(app, queues)
     if not queues:
         shown = {**left_in_lanes(app), **shown}
-    for queue, lanes in shown.items():
+    states = {}
+    for queue in shown:
         fair = FairLanes(runtime.scripts, prefix, queue)
         fair.sweep()
-        state = fair.state()
+        states[queue] = fair.state()
+    pairs = [(queue, tenant) for queue, state in states.items() for tenant in state.tenants]
+    counts = running_counts(app, pairs) if read_running else dict.fromkeys(pairs)
+    infos = []
+    for queue, lanes in shown.items():
+        state = states[queue]
         tenants = tuple(
             sorted(
-                (_tenant(app, queue, state, tenant) for tenant in state.tenants),
+                (
+                    TenantInfo(
+                        tenant,
+                        state.backlog(tenant),
+                        dict(sorted(state.tenants[tenant].items())),
+                        state.share(tenant),
+                        counts[queue, tenant],
+                    )
+                    for tenant in state.tenants
+                ),
                 key=lambda info: (-info.backlog, info.tenant),
             )
         )
@@ -105,29 +131,33 @@ def show_fair(app: Celery, queues: Iterable[str] = ()) -> list[QueueInfo]:
     return infos
 
 
-def _tenant(app: Celery, queue: str, state: LaneState, tenant: str) -> TenantInfo:
-    return TenantInfo(
-        tenant,
-        state.backlog(tenant),
-        dict(sorted(state.tenants[tenant].items())),
-        state.share(tenant),
-        running(app, queue, tenant),
-    )
-
-
 def running(app: Celery, queue: str, tenant: str) -> int | None:
     """The calls of ``tenant`` running now in the tasks of ``queue`` that cap it; None when none
     of them has a ``fair_cap`` (no count is kept then)."""
+    return running_counts(app, [(queue, tenant)])[queue, tenant]
+
+
+def running_counts(app: Celery, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int | None]:
+    """``running`` of each ``(queue, tenant)``, every count read in one batch
+    (``SemaphoreEngine.states``: one round trip, one per node on a cluster)."""
     runtime = runtime_for(app)
-    keys = []
-    for task in app.tasks.values():
-        if isinstance(task, SingletonTask):
-            key = GATE.capped_key(runtime, task, runtime.plan(task, queue).options, tenant)
-            if key is not None:
-                keys.append(key)
-    if not keys:
-        return None
-    return sum(len(state.holders) for state in runtime.semaphores.states(keys) if state is not None)
+    tasks = [task for task in app.tasks.values() if isinstance(task, SingletonTask)]
+    # A task's options in a queue, once per queue: the tenant only names the key.
+    plans = {queue: [(task, runtime.plan(task, queue).options) for task in tasks] for queue, _ in pairs}
+    keys_of = {
+        (queue, tenant): [
+            key
+            for task, options in plans[queue]
+            if (key := GATE.capped_key(runtime, task, options, tenant)) is not None
+        ]
+        for queue, tenant in pairs
+    }
+    states = iter(runtime.semaphores.states([key for keys in keys_of.values() for key in keys]))
+    counts: dict[tuple[str, str], int | None] = {}
+    for pair, keys in keys_of.items():
+        found = [next(states) for _ in keys]
+        counts[pair] = sum(len(state.holders) for state in found if state is not None) if keys else None
+    return counts
 
 
 def reset_fair(app: Celery, queue: str) -> bool:

@@ -11,6 +11,7 @@ from celery.bin.base import CeleryCommand, CeleryOption
 
 from .cli_common import cli_of, echo_listing, redis_errors, runtime_of
 from .fair import QueueInfo, reset_fair, show_fair
+from .terminal import printable
 
 __all__ = ["fair"]
 
@@ -22,12 +23,12 @@ def _lanes(lanes: dict[int, int]) -> str:
 def _lines(info: QueueInfo) -> list[str]:
     busy = sum(1 for load in info.load.values() if load)
     lines = [
-        f"{info.queue}  {info.queued} queued in {busy} of {info.lanes} lanes  [lane:calls {_lanes(info.load)}]"
+        f"{printable(info.queue)}  {info.queued} queued in {busy} of {info.lanes} lanes  [lane:calls {_lanes(info.load)}]"
     ]
     for tenant in info.tenants:
         running = "" if tenant.running is None else f", {tenant.running} running"
         lines.append(
-            f"  {tenant.tenant}: {tenant.backlog} queued in lane(s) {_lanes(tenant.lanes)}, "
+            f"  {printable(tenant.tenant)}: {tenant.backlog} queued in lane(s) {_lanes(tenant.lanes)}, "
             f"share {tenant.share:.0%}{running}"
         )
     return lines
@@ -80,4 +81,5 @@ def reset(ctx: click.Context, queue: str) -> None:
     assigned from counts made afresh."""
     runtime_of(ctx)
     had = reset_fair(cli_of(ctx).app, queue)
-    cli_of(ctx).echo(f"Reset the backlog counts of {queue}" if had else f"{queue} had no backlog counts")
+    shown = printable(queue)
+    cli_of(ctx).echo(f"Reset the backlog counts of {shown}" if had else f"{shown} had no backlog counts")

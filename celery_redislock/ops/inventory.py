@@ -22,9 +22,12 @@ __all__ = ["mode_keys"]
 Owner = Union[Mode, Gate]
 
 
-def mode_keys(runtime: Runtime, pattern: str, task: str | None) -> Iterator[tuple[str, str, str, int]]:
+def mode_keys(
+    runtime: Runtime, pattern: str, task: str | None, skip: str = ""
+) -> Iterator[tuple[str, str, str, int]]:
     """``(key, task, description, PTTL ms)`` of each mode key of the app (of ``task`` if given);
-    ``pattern`` is the glob of the lock keys (``prefix:*`` or ``prefix:task:*``)."""
+    ``pattern`` is the glob of the lock keys (``prefix:*`` or ``prefix:task:*``). Keys starting
+    with ``skip`` (when given) are left out before they are read or described."""
     prefix = runtime.settings.key_prefix
     known: tuple[Owner, ...] = (*registered(), *registered_gates())
     owners = {suffix: owner for owner in known for suffix in owner.key_suffixes}
@@ -34,6 +37,8 @@ def mode_keys(runtime: Runtime, pattern: str, task: str | None) -> Iterator[tupl
         batch: list[tuple[str, str, str]] = []
         for raw in found:
             key = as_text(raw)
+            if skip and key.startswith(skip):
+                continue
             owner = slot_key_owner(key)
             if owner is None or owner[1] not in owners:
                 continue  # a lock, a semaphore's queue, ...
@@ -51,7 +56,7 @@ def mode_keys(runtime: Runtime, pattern: str, task: str | None) -> Iterator[tupl
         finder = getattr(finder_owner, "other_keys", None)
         if finder is None:
             continue
-        rows = list(finder(runtime, task))
+        rows = [row for row in finder(runtime, task) if not (skip and row[0].startswith(skip))]
         for (key, key_task, suffix), info in zip(rows, runtime.engine.inspect([k for k, _, _ in rows])):
             text = finder_owner.describe_key(runtime, key, key_task, suffix, info.holder)
             if text is not None:

@@ -16,6 +16,7 @@ from ..errors import RedisLockError
 from ..gates.rate_inventory import state_text
 from .cli_common import cli_of, echo_listing, redis_errors, runtime_of
 from .limits import LimitInfo, change_pause, reset_limit, set_limit, show_limits
+from .terminal import printable
 
 __all__ = ["limit"]
 
@@ -46,12 +47,12 @@ def _lines(info: LimitInfo) -> list[str]:
         if info.overridden
         else info.source
     )
-    lines = [f"{info.name}  {_rates(info.rates)}  [{source}]"]
+    lines = [f"{printable(info.name)}  {_rates(info.rates)}  [{source}]"]
     for partition in info.partitions:
         if len(partition.states) == 1:
-            lines.append(f"  {partition.key}: {state_text(partition.state)}")
+            lines.append(f"  {printable(partition.key)}: {state_text(partition.state)}")
             continue
-        lines.append(f"  {partition.key}:")  # a line by each rate, in the limit's order
+        lines.append(f"  {printable(partition.key)}:")  # a line by each rate, in the limit's order
         lines.extend(f"    {rate}: {state_text(state)}" for rate, state in zip(info.rates, partition.states))
     return lines
 

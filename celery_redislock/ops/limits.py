@@ -23,7 +23,7 @@ from ..engine.rate_decisions import (
     change_partition,
     check_pause,
     clear_runtime_rates,
-    rate_state,
+    rate_states,
     runtime_rates,
     set_runtime_rates,
 )
@@ -65,7 +65,7 @@ class PartitionInfo:
 class LimitInfo:
     """A named limit: the ``rates`` decisions use now, those ``declared`` (``source``:
     ``redislock_limits`` or ``declare_limit``), whether a runtime rate ``overridden`` them,
-    and its partitions in Redis."""
+    and its partitions in Redis (a page of them: ``found`` counts them all)."""
 
     name: str
     rates: tuple[Rate, ...]
@@ -73,6 +73,8 @@ class LimitInfo:
     source: str
     overridden: bool
     partitions: tuple[PartitionInfo, ...]
+    #: The partitions in Redis, those ``partitions`` leaves out included (``show_limits``' page).
+    found: int = 0
 
 
 @dataclass(frozen=True)
@@ -158,18 +160,29 @@ def resume_limit(app: Celery, name: str, partition: str = "") -> float:
     return change_pause(app, name, None, partition).was_paused
 
 
-def show_limits(app: Celery) -> list[LimitInfo]:
-    """Every named limit of ``app``, by name, with its runtime rates and partitions."""
+def show_limits(app: Celery, first: int = 0, most: int | None = None) -> list[LimitInfo]:
+    """Every named limit of ``app``, by name, with its runtime rates and partitions: of each
+    limit's partitions (by key) ``most`` from the ``first`` (None: all), their states read in
+    one batch for every limit (a round trip per kind of rate, whatever the partitions)."""
     runtime = runtime_for(app)
     client = runtime.scripts.client
     overrides = runtime_rates(client, overrides_of(runtime.settings.key_prefix))
-    shown = []
+    listed = []
+    asked: list[tuple[str, Rate, int]] = []
     for name, limit in sorted(catalog_of(runtime).items()):
         rates = overrides.get(name) or limit.rates
+        keys = partition_keys(runtime, name)
+        shown = keys[first:] if most is None else keys[first : first + most]
+        asked += [(key, rate, place) for key in shown for place, rate in enumerate(rates, 1)]
+        listed.append((name, limit, rates, shown, len(keys)))
+    states = iter(rate_states(runtime.scripts, asked))
+    infos = []
+    for name, limit, rates, shown, found in listed:
         partitions = []
-        for key in partition_keys(runtime, name):
-            states = [rate_state(runtime.scripts, key, rate, place) for place, rate in enumerate(rates, 1)]
-            if all(state is not None for state in states):  # else its key holds something else
-                partitions.append(PartitionInfo(key, tuple(state for state in states if state is not None)))
-        shown.append(LimitInfo(name, rates, limit.rates, limit.source, name in overrides, tuple(partitions)))
-    return shown
+        for key in shown:
+            read = [next(states) for _ in rates]
+            if all(state is not None for state in read):  # else its key holds something else
+                partitions.append(PartitionInfo(key, tuple(state for state in read if state is not None)))
+        overridden = name in overrides
+        infos.append(LimitInfo(name, rates, limit.rates, limit.source, overridden, tuple(partitions), found))
+    return infos

@@ -179,3 +179,30 @@ def test_semaphores_and_standalone_locks_on_a_cluster_renew_across_slots(client:
         assert held.owned()
         held.release()
     assert list(make_engine(client).scan("sem:*", 100)) == []
+
+
+def test_the_states_of_semaphores_on_every_node_are_read_in_a_round_trip_per_node(
+    cluster: ClusterSet,
+) -> None:
+    from celery_redislock import RedisSemaphore
+    from celery_redislock.engine.scripts import SEM_STATE
+    from celery_redislock.engine.semaphore_engine import make_semaphore_engine
+
+    client, trips = counting_cluster_client(cluster.url)
+    names = keys_on_every_node(client, 30, prefix="states")
+    held = [RedisSemaphore(client, name, 2, timeout=30) for name in names[:20]]
+    for semaphore in held:
+        assert semaphore.acquire()
+    client.set(names[29], "a plain lock")  # not a semaphore: None
+    client.script_load(SEM_STATE)  # on every primary: NOSCRIPT is not what is counted
+    trips.reset()
+
+    states = make_semaphore_engine(client).states(names)
+
+    assert trips.count == 3 and set(trips.by_node.values()) == {1}
+    assert [len(state.holders) if state is not None else None for state in states] == [1] * 20 + [0] * 9 + [
+        None
+    ]
+    for semaphore in held:
+        semaphore.release()
+    client.close()

@@ -50,3 +50,15 @@ def test_the_web_command_warns_for_every_address_but_loopback() -> None:
 
     assert all(map(_loopback, ["127.0.0.1", "127.0.0.2", "::1", "localhost"]))
     assert not any(map(_loopback, ["0.0.0.0", "::", "10.1.2.3", "example.com", ""]))
+
+
+def test_a_chart_places_each_poll_by_its_time_and_marks_a_restart() -> None:
+    history = CounterHistory()
+    for when, acquired in [(100.0, 0), (110.0, 4), (130.0, 1), (140.0, 3)]:  # restarted before 130
+        history.add(when, {"a": {"acquired": acquired}})
+    [chart] = history.charts(width=40, height=10)
+    assert (chart.start, chart.end) == (100.0, 140.0)
+    assert chart.restarts == ((130.0, 30.0),)
+    [(_, _, points, last)] = chart.lines
+    assert [float(point.split(",")[0]) for point in points.split()] == [10.0, 30.0, 40.0]
+    assert last == 3

@@ -55,7 +55,10 @@ class Run:
         return [sys.executable, "-m", "celery", "-A", self.module, *args]
 
     def _env(self) -> dict[str, str]:
-        return {**os.environ, "PYTHONPATH": str(self.cwd)}
+        return {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(self.cwd), os.environ.get("PYTHONPATH")])),
+        }
 
 
 APP_SOURCE = """
@@ -198,6 +201,25 @@ def test_list_task_escapes_glob_characters(celery: Run, locks: redis.Redis) -> N
         result = celery("redislock", "list", "--task", name, "--json")
         assert result.returncode == 0, result.stderr
         assert [(item["task"], item["holder"]) for item in json.loads(result.stdout)] == [(name, holder)]
+
+
+#: Escape sequences a name read from Redis may carry: cursor up and erase the line, a window
+#: title, a right-to-left override; printed raw they erase a row, forge one, retitle the window.
+HOSTILE = "\x1b[1A\x1b[2K\x1b]0;pwned\x07\u202e"
+HOSTILE_SHOWN = "\\x1b[1A\\x1b[2K\\x1b]0;pwned\\x07\\u202e"
+
+
+def test_list_escapes_control_characters_of_keys_and_holders(celery: Run, locks: redis.Redis) -> None:
+    key = lock_key(f"proj.{HOSTILE}", "a")
+    locks.set(key, f"task-{HOSTILE}@worker1:1:1", px=60_000)
+    result = celery("redislock", "list")
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout and "\u202e" not in result.stdout
+    [row] = [line for line in result.stdout.splitlines() if line.startswith("redislock:")]
+    assert row.startswith(f"redislock:proj.{HOSTILE_SHOWN}:") and f"task-{HOSTILE_SHOWN}@worker1:1:1" in row
+    # JSON keeps the names as they are, escaped by JSON itself.
+    [shown] = json.loads(celery("redislock", "list", "--json").stdout)
+    assert shown["key"] == key
 
 
 def test_list_with_no_locks(celery: Run, locks: redis.Redis) -> None:

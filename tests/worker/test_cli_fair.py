@@ -62,6 +62,22 @@ def test_fair_show_lists_each_tenants_backlog_lanes_and_share(
     assert poll(lambda: "0 queued in 0 of 4 lanes" in celery("redislock", "fair", "show").stdout, 20)
 
 
+def test_fair_show_escapes_control_characters_of_tenant_names(celery: Run, deployment: Deployment) -> None:
+    # Cursor up, erase the line, a forged row, a window title: printed raw, the row above goes.
+    hostile = "evil\x1b[1A\x1b[2K  acme: 0 queued\n\x1b]0;pwned\x07"
+    sender = TASK.sender(deployment.app())
+    sender.delay("acme", 0)
+    sender.delay(hostile, 0)
+    result = celery("redislock", "fair", "show")
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3, result.stdout
+    assert lines[2].startswith("  evil\\x1b[1A\\x1b[2K  acme: 0 queued\\n\\x1b]0;pwned\\x07: 1 queued"), lines
+    [shown] = json.loads(celery("redislock", "fair", "show", "--json").stdout)
+    assert hostile in [tenant["tenant"] for tenant in shown["tenants"]]
+
+
 def test_fair_reset_forgets_the_counts_a_purged_queue_left(celery: Run, deployment: Deployment) -> None:
     sender = TASK.sender(deployment.app())
     sender.delay("acme", 0)

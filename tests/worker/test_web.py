@@ -296,7 +296,10 @@ def test_the_web_command_refuses_an_auth_it_cannot_read(tmp_path: Path, urls: di
             "ops:",
         ],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
+        },
         capture_output=True,
         text=True,
         timeout=60,
@@ -473,3 +476,48 @@ def test_a_semaphores_holders_are_rows_of_their_own_and_released_together(
     form = {"key": [key, key], "holder": holders, "csrf_token": csrf_of(confirm)}
     assert "Released 2 of 2" in text(client.post("/release", data=form, follow_redirects=True))
     assert runtime.semaphores.holders(key) == ()
+
+
+def test_a_named_limit_without_a_partition_shows_its_rates_under_rate_and_no_heading_denies_a_partition(
+    make_app: Callable[..., Celery], pages: Callable[..., FlaskClient], locks: redis.Redis
+) -> None:
+    from celery_redislock.engine.rate_decisions import Limit, decide_limits
+    from celery_redislock.engine.rates import parse_rates
+    from celery_redislock.engine.script_runner import ScriptRunner
+    from celery_redislock.gates.rate_calls import named_log
+
+    app = make_app(redislock_limits={"partner": "3/m", "idle": ["5/s", "20/m"]})
+    partner = named_log("redislock", "partner")
+    decide_limits(ScriptRunner(locks), (Limit(partner, parse_rates("3/m"), "partner"),), "a", reserve=True)
+    page = create_app(app, poll_interval=60)
+    try:
+        listing = re.sub(r"\s+", " ", text(page.test_client().get("/")))
+    finally:
+        page.extensions["redislock"].stop()
+    header = "<th>Named limit</th><th>Partition</th><th>Rate</th>"
+    assert header in listing
+    assert (
+        '<td>idle</td> <td class="note">none in Redis yet</td><td>5/s, 20/m</td><td colspan="5"></td>'
+        in listing
+    )
+    assert partner in listing.split('<table id="limits">')[1]
+    # The modes' keys have none, and say so of themselves only: not "no rate-limit partition".
+    assert "No rate-limit partition" not in listing
+    assert listing.index('id="limits"') < listing.index('id="no-modes"')
+
+
+def test_the_charts_have_a_time_axis_and_say_when_the_counters_restarted(
+    pages: Callable[..., FlaskClient],
+) -> None:
+    import time
+
+    client = pages(poll_interval=3600)
+    history = client.application.extensions["redislock"].poller.history
+    start = time.mktime((2026, 1, 2, 10, 0, 0, 0, 0, -1))
+    for n, acquired in enumerate([0, 5, 9, 2, 4]):  # a worker restarted before the 4th poll
+        history.add(start + 5 * n, {ADD: {"acquired": acquired}})
+    page = text(client.get("/"))
+    chart = page.split('aria-label="counters of proj.add"')[1].split("</svg>")[0]
+    assert ">10:00:00</text>" in chart and ">10:00:20</text>" in chart  # the first and last poll
+    assert 'class="restart"' in chart and "counters restarted at 10:00:15" in chart
+    assert "Counters restarted at 10:00:15 (dashed)" in page

@@ -140,3 +140,20 @@ def test_the_page_in_chromium_lists_filters_and_releases_with_confirmation(
     finally:
         open_gate(coord, "daily")
         open_gate(coord, "odd")
+
+
+def test_keys_and_ids_are_never_broken_inside_a_narrow_window_scrolls_the_table(
+    page_server: Callable[..., str], browser: Any, urls: dict[str, str], locks: redis.Redis, tmp_path: Any
+) -> None:
+    (tmp_path / "webwrap.py").write_text(worker_module(urls, "webwrap", ""))
+    key = "redislock:proj.tasks.nightly_report:2e7d2c03a9507ae265ecf5b5356885a5"
+    locks.set(key, "3f2c1a9e-5b7d-4e0f-9a61-2d8c4b7e1f03@celery@worker1:5d2f8b13:4242:1", px=60_000)
+    browser.set_window_size(420, 800)
+    browser.get(page_server("webwrap"))
+    shown = element(browser, "#locks code.key")
+    assert shown.text == key
+    # An inline element broken over lines has a box per line.
+    for code in browser.find_elements(By.CSS_SELECTOR, "#locks code"):
+        assert browser.execute_script("return arguments[0].getClientRects().length", code) == 1, code.text
+    scroller = browser.find_element(By.CSS_SELECTOR, "div.scroll")
+    assert browser.execute_script("return arguments[0].scrollWidth > arguments[0].clientWidth", scroller)

@@ -53,7 +53,12 @@ def page_server_fixture(tmp_path: Path) -> Iterator[Callable[..., str]]:
                     *args,
                 ],
                 cwd=tmp_path,
-                env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                env={
+                    **os.environ,
+                    "PYTHONPATH": os.pathsep.join(
+                        filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])
+                    ),
+                },
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -4,6 +4,7 @@ workers' counters over time, and, when allowed, a lock's release through a confi
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
@@ -17,12 +18,14 @@ from ..cli_common import redis_failure_text
 from ..listing import release_held, task_of
 from .guard import CSRF_FIELD, Auth, csrf_token, harden, valid_csrf
 from .history import CounterHistory, StatsPoller
-from .views import SeenSince, check_task_filter, lock_table, overview
+from .views import TENANT_SORTS, SeenSince, check_task_filter, lock_table, overview, page_problem
 
 __all__ = ["WebState", "create_app"]
 
 #: Lock rows a page shows at most; more are named, to be narrowed by task or key.
 MAX_ROWS = 500
+#: Tenants, and partitions of each named limit, on one page; the others on the next pages.
+PAGE_ROWS = 100
 
 
 class WebState:
@@ -73,6 +76,7 @@ def create_app(
     web.extensions["redislock"] = state
     web.jinja_env.globals.update(csrf_field=CSRF_FIELD, csrf_token=csrf_token, allow_release=allow_release)
     web.jinja_env.filters["zip"] = zip
+    web.jinja_env.filters["clock"] = _clock
 
     names = None if hosts is None else {host.lower() for host in hosts}
 
@@ -103,13 +107,37 @@ def create_app(
         state.poller.start()
         task = request.args.get("task", "").strip() or None
         search = request.args.get("q", "")
-        problem = check_task_filter(task) if task is not None else None
+        pages = {name: request.args.get(name, "1").strip() for name in ("lpage", "tpage")}
+        sort = request.args.get("tsort", "backlog")
+        problems = [
+            check_task_filter(task) if task is not None else None,
+            *(page_problem(name, value) for name, value in pages.items()),
+            None
+            if sort in TENANT_SORTS
+            else f"tsort={sort!r} is not an order of the tenants (one of: {', '.join(TENANT_SORTS)})",
+        ]
+        problem = "; ".join(found for found in problems if found) or None
         runtime = runtime_for(app)
-        shown = None if problem else overview(runtime, app, task, search, MAX_ROWS, state.seen)
+        shown = None
+        if problem is None:
+            shown = overview(
+                runtime,
+                app,
+                task,
+                search,
+                MAX_ROWS,
+                state.seen,
+                rows=PAGE_ROWS,
+                limit_page=int(pages["lpage"]),
+                tenant_page=int(pages["tpage"]),
+                tenant_sort=sort,
+            )
         return render_template(
             "index.html",
             task=task or "",
             search=search,
+            sorts=TENANT_SORTS,
+            page_rows=PAGE_ROWS,
             problem=problem,
             shown=shown,
             charts=state.poller.history.charts(task),
@@ -168,6 +196,11 @@ def create_app(
 def _may_release(state: WebState) -> None:
     if not state.allow_release:
         abort(403, "releasing locks is not allowed here (start the page with --allow-release)")
+
+
+def _clock(when: float) -> str:
+    """A poll's time on a chart's axis: the time of day by the page process's clock."""
+    return time.strftime("%H:%M:%S", time.localtime(when))
 
 
 def _host_name(host: str) -> str:

@@ -46,13 +46,19 @@ def totals_of(replies: Sequence[Mapping[str, Any]]) -> Totals:
 @dataclass(frozen=True)
 class Chart:
     """One task's charted counters: per counter its colour, the SVG polyline's points (the
-    increase per poll, scaled to the chart), and its total at the last poll."""
+    increase per poll, scaled to the chart, placed by the poll's time), and its total at the
+    last poll. ``start``, ``end``: the first and last poll's times (Unix seconds), the time
+    axis's ends; ``restarts``: when a total went down (a worker restarted and counts from 0
+    again), each with its x on the chart."""
 
     task: str
     lines: list[tuple[str, str, str, int]]  # counter, colour, points, last total
     peak: int
     width: int
     height: int
+    start: float = 0.0
+    end: float = 0.0
+    restarts: tuple[tuple[float, float], ...] = ()
 
 
 class CounterHistory:
@@ -70,39 +76,54 @@ class CounterHistory:
         with self._lock:
             return list(self._samples)
 
-    def charts(self, task: str | None = None, width: int = 240, height: int = 48) -> list[Chart]:
+    def charts(self, task: str | None = None, width: int = 480, height: int = 120) -> list[Chart]:
         """A chart per task (only ``task``'s and the worker totals when given): each counter's
-        increase between two polls; a worker restart (a total going down) counts as no increase."""
+        increase between two polls, over the polls' times; a worker restart (a total going
+        down) counts as no increase, and is marked where it was seen."""
         samples = self.samples()
         names = sorted({name for _, totals in samples for name in totals})
+        times = [when for when, _ in samples]
         charts = []
         for name in names:
             if task is not None and name not in (task, ALL_TASKS):
                 continue
             rows = [totals.get(name, {}) for _, totals in samples]
             series = []
+            went_down: set[int] = set()
             for counter, colour in zip(CHARTED, _COLOURS):
                 if not any(counter in row for row in rows):
                     continue
                 values = [row.get(counter, 0) for row in rows]
                 steps = [max(0, b - a) for a, b in zip(values, values[1:])]
+                went_down.update(i + 1 for i, (a, b) in enumerate(zip(values, values[1:])) if b < a)
                 series.append((counter, colour, steps, values[-1]))
             if not series:
                 continue
             peak = max([1, *(step for _, _, steps, _ in series for step in steps)])
             lines = [
-                (counter, colour, _points(steps, peak, width, height), last)
+                (counter, colour, _points(times, steps, peak, width, height), last)
                 for counter, colour, steps, last in series
             ]
-            charts.append(Chart(name, lines, peak, width, height))
+            restarts = tuple((times[i], _x(times, times[i], width)) for i in sorted(went_down))
+            charts.append(Chart(name, lines, peak, width, height, times[0], times[-1], restarts))
         return charts
 
 
-def _points(steps: list[int], peak: int, width: int, height: int) -> str:
+def _x(times: list[float], when: float, width: int) -> float:
+    """Where ``when`` falls on a chart whose axis runs from the first of ``times`` to the last."""
+    span = times[-1] - times[0]
+    return width * (when - times[0]) / span if span > 0 else 0.0
+
+
+def _points(times: list[float], steps: list[int], peak: int, width: int, height: int) -> str:
+    """Each step (the increase up to a poll) at that poll's time; one poll or one step: a level line."""
     if len(steps) < 2:
-        steps = [*steps, *steps] or [0, 0]
-    dx = width / (len(steps) - 1)
-    return " ".join(f"{i * dx:.1f},{height - step * height / peak:.1f}" for i, step in enumerate(steps))
+        level = height - (steps[0] if steps else 0) * height / peak
+        return f"0.0,{level:.1f} {width:.1f},{level:.1f}"
+    return " ".join(
+        f"{_x(times, when, width):.1f},{height - step * height / peak:.1f}"
+        for when, step in zip(times[1:], steps)
+    )
 
 
 class StatsPoller:

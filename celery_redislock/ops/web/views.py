@@ -11,22 +11,28 @@ from ...engine.holders import task_id_of, worker_of
 from ...engine.timing import micros_time, server_time, ttl_seconds
 from ...gates.rate_calls import named_base
 from ...integration.runtime import Runtime
-from ..fair import show_fair
+from ..fair import running_counts, show_fair
 from ..inventory import mode_keys
 from ..limits import LimitInfo, show_limits
 from ..listing import Lock, held_locks, lock_pattern
 
 __all__ = [
+    "TENANT_SORTS",
     "LockRow",
     "LockTable",
     "ModeRow",
     "Overview",
     "SeenSince",
+    "TenantPage",
     "TenantRow",
     "check_task_filter",
     "lock_table",
     "overview",
+    "page_problem",
 ]
+
+#: How the tenants can be ordered (the ``tsort`` query parameter): what each says on the page.
+TENANT_SORTS = {"backlog": "the most calls queued first", "tenant": "by name"}
 
 #: A fencing token below this (microseconds: 2001-09-09) was counted up, not seeded from the
 #: server's clock, so it tells nothing of when the lock was taken.
@@ -73,6 +79,18 @@ class TenantRow:
 
 
 @dataclass(frozen=True)
+class TenantPage:
+    """One page of the waiting tenants: ``rows`` of ``total``, the ``page``-th of ``pages``,
+    ordered by ``sort`` (a key of ``TENANT_SORTS``)."""
+
+    rows: list[TenantRow]
+    total: int
+    page: int
+    pages: int
+    sort: str
+
+
+@dataclass(frozen=True)
 class LockTable:
     rows: list[LockRow]
     #: More locks matched than the page shows (filter by task or key to see them).
@@ -84,8 +102,11 @@ class Overview:
     locks: LockTable
     modes: list[ModeRow]
     limits: list[LimitInfo]
+    #: The page of each limit's partitions shown (1: the first), of ``limit_pages``.
+    limit_page: int
+    limit_pages: int
     #: None where the app has no fair share to show (the section is left out).
-    tenants: list[TenantRow] | None
+    tenants: TenantPage | None
 
 
 class SeenSince:
@@ -105,6 +126,13 @@ class SeenSince:
                 keep = set(seen)
                 self._first = {pair: at for pair, at in self._first.items() if pair in keep}
             return ages
+
+
+def page_problem(name: str, value: str) -> str | None:
+    """Why the query parameter ``name`` cannot be a page number (None when it can)."""
+    if not value.isdigit() or int(value) < 1:
+        return f"{name}={value!r} is not a page number (a whole number from 1)"
+    return None
 
 
 def check_task_filter(task: str) -> str | None:
@@ -151,30 +179,61 @@ def lock_table(runtime: Runtime, task: str | None, search: str, limit: int, seen
 
 
 def overview(
-    runtime: Runtime, app: Any, task: str | None, search: str, limit: int, seen: SeenSince
+    runtime: Runtime,
+    app: Any,
+    task: str | None,
+    search: str,
+    limit: int,
+    seen: SeenSince,
+    *,
+    rows: int,
+    limit_page: int = 1,
+    tenant_page: int = 1,
+    tenant_sort: str = "backlog",
 ) -> Overview:
-    """Everything the page shows, for ``task`` (None: every task) and keys containing ``search``."""
+    """Everything the page shows, for ``task`` (None: every task) and keys containing ``search``:
+    ``rows`` of each named limit's partitions (its ``limit_page``-th page) and of the waiting
+    tenants (the ``tenant_page``-th, ordered by ``tenant_sort``). What is read per row is read
+    for the rows shown only, in batches: a view costs a few round trips however many there are."""
     locks = lock_table(runtime, task, search, limit, seen)
     prefix = runtime.settings.key_prefix
-    # A named limit's partitions have rows of their own, with their figures (``limits``).
+    # A named limit's partitions have rows of their own, with their figures (``limits``): their
+    # keys are left out of the modes' before anything of them is read.
     named = named_base(prefix) + ":"
     modes = [
         ModeRow(key, key_task, text, ttl_seconds(ttl_ms))
-        for key, key_task, text, ttl_ms in mode_keys(runtime, lock_pattern(prefix, task), task)
-        if search in key and not key.startswith(named)
+        for key, key_task, text, ttl_ms in mode_keys(runtime, lock_pattern(prefix, task), task, skip=named)
+        if search in key
     ]
     modes.sort(key=lambda row: (row.task, row.key))
-    return Overview(locks, modes, show_limits(app), waiting_tenants(app))
+    limits = show_limits(app, (limit_page - 1) * rows, rows)
+    limit_pages = max([1, *(-(-info.found // rows) for info in limits)])
+    tenants = waiting_tenants(app, tenant_page, tenant_sort, rows)
+    return Overview(locks, modes, limits, limit_page, limit_pages, tenants)
 
 
-def waiting_tenants(app: Any) -> list[TenantRow] | None:
-    """The tenants with a backlog in the app's fair queues, as ``celery redislock fair show``
-    lists them; None when the app has no fair queue (the page leaves the section out)."""
-    queues = show_fair(app)
+def waiting_tenants(app: Any, page: int, sort: str, rows: int) -> TenantPage | None:
+    """The ``page``-th page of ``rows`` tenants with a backlog in the app's fair queues, as
+    ``celery redislock fair show`` lists them, ordered by ``sort``; the running calls read for
+    that page's tenants only. None when the app has no fair queue (the page leaves it out)."""
+    queues = show_fair(app, read_running=False)
     if not queues:
         return None
-    return [
-        TenantRow(queue.queue, tenant.tenant, tenant.backlog, tenant.share, tenant.running)
-        for queue in queues
-        for tenant in queue.tenants
-    ]
+    every = [(queue.queue, tenant) for queue in queues for tenant in queue.tenants]
+    if sort == "tenant":
+        every.sort(key=lambda pair: (pair[1].tenant, pair[0]))
+    else:
+        every.sort(key=lambda pair: (-pair[1].backlog, pair[1].tenant, pair[0]))
+    pages = max(1, -(-len(every) // rows))
+    shown = every[(page - 1) * rows : page * rows]
+    counts = running_counts(app, [(queue, tenant.tenant) for queue, tenant in shown])
+    return TenantPage(
+        [
+            TenantRow(queue, tenant.tenant, tenant.backlog, tenant.share, counts[queue, tenant.tenant])
+            for queue, tenant in shown
+        ],
+        len(every),
+        page,
+        pages,
+        sort,
+    )
