@@ -17,7 +17,7 @@ import redis
 
 from celery_redislock.config.arguments import digest
 from celery_redislock.engine.keys import format_key
-from tests.harness import TestCA, TLSRedisServer, free_port
+from tests.harness import TestCA, TLSRedisServer, free_port, module_env
 
 from .conftest import poll
 
@@ -55,7 +55,7 @@ class Run:
         return [sys.executable, "-m", "celery", "-A", self.module, *args]
 
     def _env(self) -> dict[str, str]:
-        return {**os.environ, "PYTHONPATH": str(self.cwd)}
+        return module_env(self.cwd)
 
 
 APP_SOURCE = """
