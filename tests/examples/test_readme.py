@@ -180,7 +180,7 @@ def test_every_python_block_of_the_readme_is_run_by_a_test() -> None:
 def readme_worker_command() -> list[str]:
     """The worker command of the quick start, as the README gives it."""
     section = README.read_text().split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
-    (command,) = re.findall(r"```bash\n(.*?)\n```", section, re.S)
+    (command,) = re.findall(r"`(celery -A [^`]*)`", section)
     return command.split()
 
 
