@@ -95,8 +95,9 @@ def web(
     counters over time, on http://HOST:PORT/ (127.0.0.1:8000 by default).
 
     Read-only unless --allow-release (which needs --auth on any address but
-    loopback). Every value read from Redis is shown as text. The page is a WSGI app: to mount it in a Django, Flask or
-    FastAPI app, see celery_redislock.ops.web.create_app.
+    loopback). Every value read from Redis is shown as text. The page is a
+    WSGI app: to mount it in a Django, Flask or FastAPI app, see
+    celery_redislock.ops.web.create_app.
     """
     try:
         import waitress

@@ -9,8 +9,8 @@
 -- ARGV[4i-1] the holder id, ARGV[4i] the TTL; the caller sends the call to the node serving
 -- every one of those keys (a key and its released holders share a slot).
 -- Returns       a list, one entry per key: 1 renewed, 2 re-taken (it was gone), 3 released by
---               an operator (not taken back, whoever holds it since), or the id of the other holder that has
---               it now (a string); a key that is not a string now (a semaphore of
+--               an operator (not taken back, whoever holds it since), or the id of the other
+--               holder that has it now (a string); a key that is not a string now (a semaphore of
 --               max_concurrency > 1) is reported so, and does not fail the rest of the batch.
 --               Any other error (a cluster key whose slot moved to another node) fails the
 --               call, so the caller can re-route it.
