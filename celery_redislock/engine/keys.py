@@ -22,6 +22,7 @@ __all__ = [
     "rate_limiter_key",
     "rate_overrides_key",
     "release_channel",
+    "released_key",
     "reservation_member",
     "semaphore_keys",
     "slot_key",
@@ -101,6 +102,12 @@ def semaphore_keys(key: str) -> tuple[str, str, str]:
 def fence_key(key: str) -> str:
     """The fencing-token counter of the lock at ``key``, in ``key``'s slot (:func:`slot_key`)."""
     return slot_key(key, "fence")
+
+
+def released_key(key: str) -> str:
+    """The holders an operator released ``key`` from (a hash), kept until each one's renewal
+    finds it, in ``key``'s slot (:func:`slot_key`): so the renewal does not take the lock back."""
+    return slot_key(key, "released")
 
 
 def glob_escape(text: str) -> str:

@@ -78,11 +78,14 @@ class RenewReport:
     retaken: list[Lease] = field(default_factory=list)
     #: held by another holder now: (lease, that holder's id)
     stolen: list[tuple[Lease, str]] = field(default_factory=list)
+    #: released by an operator (``redislock release``, the web page): not taken back
+    released: list[Lease] = field(default_factory=list)
 
     def merge(self, other: RenewReport) -> None:
         self.renewed += other.renewed
         self.retaken += other.retaken
         self.stolen += other.stolen
+        self.released += other.released
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,13 @@ from redis.exceptions import ResponseError
 
 from . import conditional_delete
 from .conditional_delete import ConditionalDelete
-from .keys import fence_key
+from .keys import fence_key, released_key
 from .leases import REDIS_ERRORS, AcquireResult, AcquireStatus, Client, Lease, LockInfo, RenewReport, as_text
 from .script_runner import NX, PX, ScriptRunner, pipelined_scripts
 from .scripts import (
     ACQUIRE,
     RELEASE,
+    RELEASE_BY_OPERATOR,
     RELEASE_EXACT,
     RENEW,
     TRANSFER,
@@ -29,7 +30,14 @@ from .scripts import (
 )
 from .timing import NO_KEY, time_of, to_ms
 
-__all__ = ["FENCE_KEEP_MS", "SCAN_BATCH", "ClusterLockEngine", "LockEngine", "make_engine"]
+__all__ = [
+    "FENCE_KEEP_MS",
+    "RELEASED_KEEP_MS",
+    "SCAN_BATCH",
+    "ClusterLockEngine",
+    "LockEngine",
+    "make_engine",
+]
 
 #: Keys per SCAN step, and per pipeline of a listing or a purge: each round trip stays short, so
 #: Redis is never blocked for long.
@@ -39,6 +47,10 @@ SCAN_BATCH = 1000
 #: lock's TTL): 7 days. Should it expire (or Redis restart without it), the next token is
 #: seeded from the server's clock in microseconds, still above every token issued before.
 FENCE_KEEP_MS = to_ms(7 * 24 * 3600)
+
+#: How long an operator's release of a lock without a TTL is remembered for its holder's renewal
+#: (one with a TTL: twice the TTL it had left, by which a live holder has renewed).
+RELEASED_KEEP_MS = to_ms(24 * 3600)
 
 
 class LockEngine(BatchRenewal):
@@ -142,6 +154,15 @@ class LockEngine(BatchRenewal):
         delete = self._delete = conditional_delete.choose(reply)
         return delete
 
+    def release_by_operator(self, key: str, holder: str, *, notify: str | None = None) -> bool:
+        """Delete ``key`` if ``holder`` still has it, as an operator's release (the CLI's, the
+        web page's): ``holder``, should it still run, is told at its next renewal and does not
+        take the lock back. PUBLISH the key on ``notify`` if given."""
+        reply = self.runner.run(
+            RELEASE_BY_OPERATOR, (key, released_key(key)), (holder, notify or "", str(RELEASED_KEEP_MS))
+        )
+        return bool(reply == 1)
+
     def release_holder_prefix(self, key: str, prefix: str, *, notify: str | None = None) -> bool:
         """Delete ``key`` if its holder id starts with ``prefix``: how a parent process frees
         the lock of a child that died, knowing its task id and pid but not its full holder id."""
@@ -166,10 +187,12 @@ class LockEngine(BatchRenewal):
     def _renew_batch(self, batch: Sequence[Lease]) -> RenewReport:
         calls = []
         for chunk in chunks(batch):
+            keys: list[str] = []
             args: list[str] = []
             for lease in chunk:
+                keys += (lease.key, released_key(lease.key))
                 args += (lease.holder, ttl_arg(lease.ttl_ms))
-            calls.append(([lease.key for lease in chunk], args))
+            calls.append((keys, args))
         assert isinstance(self.client, redis.Redis)  # a cluster's engine overrides this
         return renew_report(batch, flatten(pipelined_scripts(self.client, RENEW, calls)))
 
@@ -269,7 +292,7 @@ class ClusterLockEngine(LockEngine):
         for chunk in chunks(batch):
             args: list[str] = []
             for lease in chunk:
-                args += (lease.key, lease.holder, ttl_arg(lease.ttl_ms))
+                args += (lease.key, released_key(lease.key), lease.holder, ttl_arg(lease.ttl_ms))
             calls.append(((), args))
         return renew_report(batch, flatten(pipelined_scripts(node_client, RENEW, calls)))
 

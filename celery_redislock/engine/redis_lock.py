@@ -181,12 +181,13 @@ class HeldInRedis(ABC, Generic[_E]):
             raise LockError(f"Cannot extend {self.kind} {self.name}: this object does not hold it")
         extended = self._lease_for(lease.holder, to_ms(seconds))
         report = self._engine.renew_many([extended])
-        if report.stolen:
+        if report.stolen or report.released:  # released: an operator freed it, not to be taken back
             with self._mutex:
                 self._lease = None
             if self.renew:
                 get_renewer().discard(self._engine, lease)
-            raise LockNotOwnedError(lease.key, lease.holder, report.stolen[0][1], "extend", self.kind)
+            current = report.stolen[0][1] if report.stolen else None
+            raise LockNotOwnedError(lease.key, lease.holder, current, "extend", self.kind)
         with self._mutex:
             self._lease = extended
         if self.renew:

@@ -30,8 +30,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: What a renewal found of a held lease: ``"lost"`` (someone else holds it now: no longer
-#: renewed) or ``"retaken"`` (it was gone and free: taken back).
-LeaseEvent = Literal["lost", "retaken"]
+#: renewed), ``"released"`` (an operator released it: no longer renewed, not taken back) or
+#: ``"retaken"`` (it was gone and free: taken back).
+LeaseEvent = Literal["lost", "released", "retaken"]
 #: Told, in the renewal thread, of each lease lost or re-taken: ``(event, lease, the holder
 #: id it is held by now, or None)``. How the Celery glue (which this module must not import)
 #: sends its signals and marks the request's lock lost.
@@ -228,6 +229,17 @@ class Renewer:
                 lease.holder,
             )
             _tell("retaken", lease, None)
+        for lease in outcome.released:
+            count("lost", task=task_of_key(lease.key))
+            logger.warning(
+                "Lock %s was released by an operator (redislock release, or the web page) while %s "
+                "held it: not taken back; the task runs on without its lock",
+                lease.key,
+                lease.holder,
+            )
+            with self._mutex:  # released on purpose: stop renewing it
+                self._held.pop((engine, lease.key, lease.holder), None)
+            _tell("released", lease, None)
         for lease, other in outcome.stolen:
             count("lost", task=task_of_key(lease.key))
             logger.error("Lost lock %s held by %s: it is now held by %s", lease.key, lease.holder, other)

@@ -13,6 +13,7 @@ from .script_runner import package_script
 __all__ = [
     "ACQUIRE",
     "RELEASE",
+    "RELEASE_BY_OPERATOR",
     "RELEASE_EXACT",
     "RENEW",
     "RENEW_CHUNK",
@@ -39,6 +40,7 @@ def load_script(name: str) -> str:
 ACQUIRE = load_script("acquire.lua")
 RELEASE = load_script("release.lua")
 RELEASE_EXACT = load_script("release_exact.lua")
+RELEASE_BY_OPERATOR = load_script("release_by_operator.lua")
 RENEW = load_script("renew.lua")
 TRANSFER = load_script("transfer.lua")
 SEM_ACQUIRE = load_script("sem_acquire.lua")
@@ -89,6 +91,8 @@ def renew_report(batch: Sequence[Lease], replies: Any) -> RenewReport:
             report.renewed.append(lease)
         elif reply == 2:
             report.retaken.append(lease)
+        elif reply == 3:
+            report.released.append(lease)
         else:
             report.stolen.append((lease, as_text(reply)))
     return report

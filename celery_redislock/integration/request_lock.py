@@ -128,11 +128,13 @@ def unwatch(info: RedisLockInfo) -> None:
 def _on_lease_event(event: LeaseEvent, lease: Lease, other: str | None) -> None:
     # In the renewal thread. A lease of no execution (a RedisLock) is sent with no task.
     info = _live.get((lease.key, lease.holder))
-    if event == "lost" and info is not None:
+    # Released by an operator: lost, with no new holder (it is no longer renewed either).
+    gone = event != "retaken"
+    if gone and info is not None:
         info.lost = True
     task = info.sender() if info is not None else None
     task_id = info.task_id if info is not None else None
-    signal = lock_lost if event == "lost" else lock_retaken
+    signal = lock_lost if gone else lock_retaken
     send_lease_event(signal, task, lease.key, lease.holder, other, task_id)
 
 

@@ -60,7 +60,8 @@ def _loopback(host: str) -> bool:
     cls=CeleryOption,
     is_flag=True,
     help_group="Web Options",
-    help="Let the page release locks (a confirmed POST with a CSRF token); read-only without.",
+    help="Let the page release locks (a confirmed POST with a CSRF token); read-only without. "
+    "Off loopback it needs --auth.",
 )
 @click.option(
     "--poll-interval",
@@ -93,9 +94,10 @@ def web(
     """Serve a page of the held locks, the rate limits and the workers'
     counters over time, on http://HOST:PORT/ (127.0.0.1:8000 by default).
 
-    Read-only unless --allow-release. Every value read from Redis is shown
-    as text. The page is a WSGI app: to mount it in a Django, Flask or
-    FastAPI app, see celery_redislock.ops.web.create_app.
+    Read-only unless --allow-release (which needs --auth on any address but
+    loopback). Every value read from Redis is shown as text. The page is a
+    WSGI app: to mount it in a Django, Flask or FastAPI app, see
+    celery_redislock.ops.web.create_app.
     """
     try:
         import waitress
@@ -112,7 +114,17 @@ def web(
         raise click.BadParameter(str(exc), param_hint="--auth") from None
     cli = cli_of(ctx)
     if not _loopback(host) and credentials is None:
-        cli.error(f"Warning: serving on {host} without --auth: anyone who reaches it sees the locks")
+        if allow_release:
+            # Anyone who reaches the page could read a confirmation page's CSRF token and post it.
+            raise click.UsageError(
+                f"--allow-release on --host {host} needs --auth: without it anyone who reaches "
+                "the page could release locks (give --auth USER:PASSWORD or a TOKEN, or serve on "
+                "127.0.0.1)"
+            )
+        cli.error(
+            f"Warning: serving on {host} without --auth: anyone who reaches it sees the locks, "
+            "their keys and holders (read-only)"
+        )
     # On loopback the page answers to loopback names only (``create_app``'s hosts say why).
     hosts = [host, "localhost", "127.0.0.1", "::1"] if _loopback(host) else None
     page = create_app(

@@ -13,6 +13,10 @@ the test of that name, and every Python block of the README has one. The test wr
 Nothing is inserted into a block: what a reader copies is what runs. A test that needs a body
 to end at a moment of its own (``work.finish()``) does it from outside the block (a signal).
 
+The quick start is run as a reader runs it, with nothing supplied: its first block is ``proj.py``,
+a worker subprocess runs it (the README's command), and its second block runs as a script of its
+own that imports the task; only the Redis URL is the test server's.
+
 Self-contained (its own server and worker, no conftest fixtures), so that ``.ci/package-check``
 runs the quick start with the built wheel in a clean venv:
 ``pytest --noconftest tests/examples/test_readme.py -k quickstart``.
@@ -23,7 +27,10 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import os
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,9 +43,9 @@ from celery.contrib.testing.worker import start_worker
 from kombu.asynchronous import set_event_loop
 
 from celery_redislock import DuplicateTaskError, SingletonTask
-from celery_redislock.contrib.testing import RedisServer, poll
+from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
 from celery_redislock.integration.runtime import reset_runtime
-from celery_redislock.signals import task_duplicate, task_rate_limited
+from celery_redislock.signals import task_rate_limited
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 MARKER = re.compile(r"<!-- readme-test: ([\w-]+) -->\n```python\n(.*?)\n```", re.S)
@@ -170,30 +177,55 @@ def test_every_python_block_of_the_readme_is_run_by_a_test() -> None:
         assert any(block.replace("-", "_").startswith(test) for test in tests), block
 
 
-def test_quickstart(readme: Readme) -> None:
-    readme.run("quickstart")
-    # The running body ends once the other call has been refused: "your code" outlasts the
-    # decision on its duplicate, whichever of the two took the lock.
-    refused: list[str] = []
+def readme_worker_command() -> list[str]:
+    """The worker command of the quick start, as the README gives it."""
+    section = README.read_text().split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
+    (command,) = re.findall(r"`(celery -A [^`]*)`", section)
+    return command.split()
 
-    def on_duplicate(sender: Any = None, **info: Any) -> None:
-        refused.append(info["holder"])
-        readme.work.finish()
 
-    task_duplicate.connect(on_duplicate, weak=False)
+def test_quickstart(server: RedisServer, tmp_path: Path) -> None:
+    # As a reader runs it: proj.py is the first block, a worker runs it (the README's command,
+    # two processes), and the second block runs in a process of its own that imports the task.
+    base = f"redis://127.0.0.1:{server.port}"
+    blocks = {
+        name: source.replace("redis://localhost:6379", base) for name, source in readme_blocks().items()
+    }
+    (tmp_path / "proj.py").write_text(blocks["quickstart"] + "\n")
+    (tmp_path / "calls.py").write_text(blocks["quickstart-calls"] + "\n")
+    assert readme_worker_command() == ["celery", "-A", "proj", "worker", "-l", "INFO"]
+    worker = WorkerProcess(tmp_path, "proj", ["--concurrency", "2"])  # "-l INFO" is its --loglevel=INFO
     try:
-        with readme.worker():
-            printed = readme.run("quickstart-calls")
+        worker.wait_ready()
+        calls = subprocess.run(
+            [sys.executable, "calls.py"],
+            cwd=tmp_path,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
-        task_duplicate.disconnect(on_duplicate)
-    ids = [call.id for call in readme.calls]
-    lines = sorted(printed.splitlines(), key=lambda line: "skipped" in line)
-    assert len(lines) == 2, printed
+        worker.stop()
+        with server.client() as client:
+            client.flushall()
+    assert calls.returncode == 0, calls.stderr
+    lines = sorted(calls.stdout.splitlines(), key=lambda line: "skipped" in line)
+    assert len(lines) == 2, calls.stdout
     ran, skipped = lines[0].split(), lines[1].split()
-    assert ran[1:] == ["ran"] and skipped[1:4] == ["skipped,", "held", "by"], printed
-    assert sorted([ran[0], skipped[0]]) == sorted(ids) and skipped[4] == ran[0], printed
-    assert len(refused) == 1 and refused[0].startswith(f"{ran[0]}@"), refused
-    assert readme.work.args() == [(1,)]
+    assert ran[1:] == ["ran:", "index", "1", "rebuilt"], calls.stdout
+    assert skipped[1:4] == ["skipped,", "held", "by"] and skipped[4] == ran[0], calls.stdout
+    # The INFO line the README shows, naming the skipped call and the running one.
+    log = worker.log()
+    line = re.compile(
+        rf"Skipped duplicate proj\.rebuild_index\[{skipped[0]}\]: redislock:proj\.rebuild_index:[0-9a-f]{{32}} "
+        rf"is held by {ran[0]}@celery@"
+    )
+    assert line.search(log), log[-3000:]
+    assert f"Task proj.rebuild_index[{ran[0]}] succeeded" in log, log[-3000:]
 
 
 def test_on_duplicate(readme: Readme, client: redis.Redis) -> None:

@@ -13,6 +13,7 @@ from .rabbitmq import RabbitMQServer, find_rabbitmq_server
 from .rates import GrantRecorder, contend, most_in_a_window, starts_per_period
 from .roundtrips import RoundTrips, counting_client, counting_cluster_client
 from .signals import collect_requeued_results, postponed_calls, received
+from .subprocess_env import module_env
 from .tls import TestCA, TLSRedisServer, find_openssl, tls_support
 from .versions import conditional_delete_of, server_version
 
@@ -31,6 +32,7 @@ __all__ = [
     "find_rabbitmq_server",
     "free_port",
     "free_ports",
+    "module_env",
     "most_in_a_window",
     "postponed_calls",
     "received",

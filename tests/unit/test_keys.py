@@ -668,7 +668,13 @@ PREFIXES = ["redislock", "{tenant1}", "{tenant1}:locks", "app:{t}:x", "half{open
 
 
 def _beside(key: str) -> list[str]:
-    return [keys.fence_key(key), *keys.semaphore_keys(key), latest_key(key), *debounce_keys(key)]
+    return [
+        keys.fence_key(key),
+        keys.released_key(key),
+        *keys.semaphore_keys(key),
+        latest_key(key),
+        *debounce_keys(key),
+    ]
 
 
 @pytest.mark.parametrize("prefix", PREFIXES)

@@ -25,7 +25,10 @@ def app() -> Iterator[Celery]:
 def running(app: Celery, **attributes: Any) -> Any:
     """A task bound to ``app`` as a worker runs it: a request on its stack, out of retries."""
 
-    @app.task(base=SingletonTask, bind=True, max_retries=2, autoretry_for=(KeyError,), **attributes)
+    # shared=False: a shared task would be added to every app made after it, in other tests too.
+    @app.task(
+        base=SingletonTask, shared=False, bind=True, max_retries=2, autoretry_for=(KeyError,), **attributes
+    )
     def work(self: Any) -> None:
         return None
 

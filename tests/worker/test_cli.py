@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from celery_redislock.config.arguments import digest
-from celery_redislock.engine.keys import format_key
-from tests.harness import TestCA, TLSRedisServer, free_port
+from celery_redislock.engine.keys import format_key, released_key
+from tests.harness import TestCA, TLSRedisServer, free_port, module_env
 
 from .conftest import poll
 
@@ -55,10 +55,7 @@ class Run:
         return [sys.executable, "-m", "celery", "-A", self.module, *args]
 
     def _env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(self.cwd), os.environ.get("PYTHONPATH")])),
-        }
+        return module_env(self.cwd)
 
 
 APP_SOURCE = """
@@ -243,7 +240,12 @@ def test_release_deletes_the_lock_and_wakes_waiters(
         result = celery("redislock", "release", key, "--yes")
         assert result.returncode == 0, result.stderr
         assert result.stdout == f"Released {key} (held by {held[key]})\n"
-        assert remaining(locks) == (set(held) | set(NOT_LOCKS)) - {key}
+        # Its holder is noted as released by an operator, for its renewal should it still run,
+        # for twice the TTL the lock had left.
+        note = released_key(key)
+        assert remaining(locks) == (set(held) | set(NOT_LOCKS) | {note}) - {key}
+        assert locks.hgetall(note) == {held[key].encode(): b"1"}
+        assert 60_000 < locks.pttl(note) <= 120_000
         message = poll(lambda: waiter.get_message(timeout=0.1), timeout=5)
         assert message and message["data"] == key.encode()
     finally:

@@ -9,7 +9,6 @@ traceback), and the message is still in the broker.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -24,6 +23,7 @@ from celery import Celery
 
 from celery_redislock.contrib.testing import RedisServer, poll
 from celery_redislock.integration.bootstep import EX_CONFIG
+from tests.harness import module_env
 
 from .conftest import WorkerProcess
 
@@ -99,7 +99,7 @@ def run_worker(workdir: Path, module: str, *args: str, timeout: float = 30.0) ->
             cwd=workdir,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(workdir)},
+            env=module_env(workdir),
         )  # fmt: skip
     try:
         poll(lambda: process.poll() is not None or " ready." in logfile.read_text(errors="replace"), timeout)

@@ -8,7 +8,6 @@ through Redis (db 3), as in test_prefork_lifecycle.py.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -21,6 +20,7 @@ from celery import Celery
 import celery_redislock  # noqa: F401  (registers the inspect command in this client)
 from celery_redislock import DuplicateTaskError, SingletonTask
 from celery_redislock.engine.counting import counter_names
+from tests.harness import module_env
 
 from .conftest import WorkerProcess, open_gate, poll, stats_of, wait_started, worker_module
 
@@ -46,7 +46,7 @@ def celery_inspect(proc: WorkerProcess, node: str, *options: str) -> subprocess.
     return subprocess.run(
         [*celery, "inspect", "redislock_stats", "-d", node, "-t", "5", *options],
         cwd=workdir,
-        env={**os.environ, "PYTHONPATH": str(workdir)},
+        env=module_env(workdir),
         capture_output=True,
         text=True,
         timeout=60,

@@ -25,6 +25,7 @@ from celery_redislock.engine.keys import format_key
 from celery_redislock.integration.runtime import runtime_for
 from celery_redislock.ops.web import create_app, parse_auth
 from celery_redislock.ops.web.history import ALL_TASKS
+from tests.harness import module_env
 
 from .conftest import poll
 from .web_harness import answers, page_server_fixture  # noqa: F401 (the page_server fixture)
@@ -296,16 +297,45 @@ def test_the_web_command_refuses_an_auth_it_cannot_read(tmp_path: Path, urls: di
             "ops:",
         ],
         cwd=tmp_path,
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
-        },
+        env=module_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 2
     assert "--auth: give user:password (both non-empty) or a token, got 'ops:'" in done.stderr
+
+
+def run_web(tmp_path: Path, urls: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``celery -A webapp redislock web *args`` run to its end (a refusal), REDISLOCK_WEB_AUTH unset."""
+    env = {name: value for name, value in os.environ.items() if name != "REDISLOCK_WEB_AUTH"}
+    return subprocess.run(
+        [sys.executable, "-m", "celery", "-A", app_module(tmp_path, urls), "redislock", "web", *args],
+        cwd=tmp_path,
+        env=module_env(tmp_path, env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "example.internal"])
+def test_the_web_command_refuses_releases_on_a_network_address_without_auth(
+    tmp_path: Path, urls: dict[str, str], host: str
+) -> None:
+    # Anyone who reaches it could read the CSRF token from a confirmation page and post it.
+    done = run_web(tmp_path, urls, "--host", host, "--allow-release", "--port", "0")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"--allow-release on --host {host} needs --auth" in done.stderr, done.stderr
+    assert "celery_redislock web: http://" not in done.stdout  # nothing was served
+
+
+def test_the_web_command_serves_releases_on_a_network_address_with_auth(
+    tmp_path: Path, urls: dict[str, str], page_server: Callable[..., str]
+) -> None:
+    url = page_server(app_module(tmp_path, urls), "--host", "0.0.0.0", "--auth", "tok3n", "--allow-release")
+    assert answers(url) == 401
+    assert answers(url + "release?task=proj.add", {"Authorization": "Bearer tok3n"}) == 200
 
 
 def test_web_without_the_extra_names_the_extra_to_install(tmp_path: Path, urls: dict[str, str]) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import urllib.error
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from celery_redislock.contrib.testing.servers import free_port
+from tests.harness import module_env
 
 from .conftest import poll
 
@@ -53,12 +53,7 @@ def page_server_fixture(tmp_path: Path) -> Iterator[Callable[..., str]]:
                     *args,
                 ],
                 cwd=tmp_path,
-                env={
-                    **os.environ,
-                    "PYTHONPATH": os.pathsep.join(
-                        filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])
-                    ),
-                },
+                env=module_env(tmp_path),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
