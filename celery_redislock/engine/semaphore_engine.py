@@ -8,7 +8,7 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
-from .keys import release_channel, semaphore_keys
+from .keys import release_channel, released_key, semaphore_keys
 from .leases import (
     AcquireStatus,
     Client,
@@ -94,13 +94,19 @@ class SemaphoreEngine(BatchRenewal):
         """Give back the slots of ``holders``; returns how many they held."""
         return self._call_release(key, "0", holders, notify)
 
+    def release_by_operator(self, key: str, holders: Sequence[str], *, notify: str | None = None) -> int:
+        """``release_holders`` as an operator's release (the CLI's, the web page's): each holder
+        freed, should its task still run, is told at its next renewal and takes no slot back."""
+        return self._call_release(key, "2", holders, notify)
+
     def release_holder_prefix(self, key: str, prefix: str, *, notify: str | None = None) -> bool:
         """Give back every slot whose holder id starts with ``prefix`` (a dead process's)."""
         return self._call_release(key, "1", [prefix], notify) > 0
 
     def _call_release(self, key: str, mode: str, ids: Sequence[str], notify: str | None) -> int:
         queue, alive, _ = semaphore_keys(key)
-        return int(self.runner.run(SEM_RELEASE, (key, queue, alive), (mode, notify or "", *ids)))
+        keys = (key, queue, alive, released_key(key))
+        return int(self.runner.run(SEM_RELEASE, keys, (mode, notify or "", *ids)))
 
     def state(self, key: str) -> SemaphoreState | None:
         """The semaphore at ``key`` now, or None when ``key`` holds something else (a lock)."""
@@ -125,7 +131,7 @@ class SemaphoreEngine(BatchRenewal):
         for lease in chunk:
             limit = lease.limit if isinstance(lease, SemaphoreLease) else 1
             args += (lease.holder, ttl_arg(lease.ttl_ms), str(limit), release_channel(lease.key))
-        return [lease.key for lease in chunk], args
+        return [key for lease in chunk for key in (lease.key, released_key(lease.key))], args
 
     def _renew_calls(self, calls: Sequence[tuple[Sequence[str], Sequence[str]]]) -> list[Any]:
         assert isinstance(self.client, redis.Redis)

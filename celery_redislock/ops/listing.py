@@ -101,11 +101,11 @@ def purge_locks(runtime: Runtime, task: str | None, removed: Callable[[str], Non
 def release_held(runtime: Runtime, key: str, holders: list[str]) -> int:
     """Free ``key`` from those of ``holders`` that still hold it (compare-and-delete: a holder
     that came since is left alone), waking its waiters; how many were freed. A semaphore's key
-    (max_concurrency > 1) gives back their slots; a lock's is deleted if its one holder is among them,
-    and that holder, should its task still run, does not take it back at its next renewal."""
+    (max_concurrency > 1) gives back their slots; a lock's is deleted if its one holder is among
+    them. A holder freed, should its task still run, takes nothing back at its next renewal."""
     notify = runtime.release_channel(key)
     if runtime.semaphores.state(key) is not None:
-        return runtime.semaphores.release_holders(key, holders, notify=notify)
+        return runtime.semaphores.release_by_operator(key, holders, notify=notify)
     holder = runtime.engine.holder_of(key)
     if holder is None or holder not in holders:
         return 0

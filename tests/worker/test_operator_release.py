@@ -31,14 +31,9 @@ LOCK_TIMEOUT = 3
 
 
 def release_with_the_cli(tmp_path: Path, urls: dict[str, str], key: str) -> None:
-    (tmp_path / "opsapp.py").write_text(
-        "from celery import Celery\n"
-        f"app = Celery('opsapp', broker={urls['broker']!r})\n"
-        f"app.conf.redislock_url = {urls['locks']!r}\n"
-    )
     done = subprocess.run(
         [sys.executable, "-m", "celery", "-A", "opsapp", "redislock", "release", key, "--yes"],
-        cwd=tmp_path,
+        cwd=write_ops_app(tmp_path, urls),
         env=module_env(tmp_path),
         capture_output=True,
         text=True,
@@ -124,3 +119,73 @@ def test_a_lock_released_by_an_operator_is_not_taken_back_by_its_running_task(
         lock_lost.disconnect(on_lost)
         lock_retaken.disconnect(on_retaken)
     assert sorted(lost) == [False, True]  # the first knew it ran without its lock
+
+
+def test_a_slot_released_by_an_operator_is_not_taken_back_by_its_running_task(
+    make_app: Callable[..., Celery],
+    worker: Callable[..., Any],
+    locks: redis.Redis,
+    urls: dict[str, str],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # max_concurrency > 1: a semaphore's slot. Seen red before: the renewal took a free slot
+    # back (lock_retaken), and the key held the released holder again.
+    app = make_app()
+    started, gate = threading.Event(), threading.Event()
+    seen: list[tuple[str, str | None]] = []
+
+    @app.task(base=SingletonTask, shared=False, name="ops.sync", lock_timeout=LOCK_TIMEOUT, max_concurrency=2)
+    def sync(tenant: int) -> str:
+        started.set()
+        assert gate.wait(30)
+        return "done"
+
+    def on_lost(sender: Any = None, new_holder: str | None = None, **_: Any) -> None:
+        seen.append(("lost", new_holder))
+
+    def on_retaken(sender: Any = None, new_holder: str | None = None, **_: Any) -> None:
+        seen.append(("retaken", new_holder))
+
+    key = runtime_for(app).plan(app.tasks[sync.name], None).key(sync, (1,), {})
+    lock_lost.connect(on_lost, weak=False)
+    lock_retaken.connect(on_retaken, weak=False)
+    caplog.set_level(logging.WARNING, logger="celery_redislock")
+    try:
+        with worker(app, pool="threads", concurrency=2):
+            first = sync.delay(1)
+            assert started.wait(30)
+            assert locks.zcard(key) == 1
+            done = subprocess.run(
+                [sys.executable, "-m", "celery", "-A", "opsapp", "redislock", "release", key, "--yes"],
+                cwd=write_ops_app(tmp_path, urls),
+                env=module_env(tmp_path),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 0 and done.stdout.startswith(f"Released 1 of 1 holder(s) of {key}"), (
+                done
+            )
+            assert poll(lambda: seen, 30), "no renewal reported the release"
+            assert seen == [("lost", None)]
+            assert locks.zcard(key) == 0  # not taken back
+            assert locks.exists(released_key(key)) == 0  # the note was read, and dropped
+            assert any("released by an operator" in record.getMessage() for record in caplog.records), (
+                caplog.text
+            )
+            gate.set()
+            assert first.get(timeout=30) == "done"
+    finally:
+        lock_lost.disconnect(on_lost)
+        lock_retaken.disconnect(on_retaken)
+
+
+def write_ops_app(directory: Path, urls: dict[str, str]) -> Path:
+    """The operator's app module (``opsapp``) in ``directory``, for ``celery -A opsapp``."""
+    (directory / "opsapp.py").write_text(
+        "from celery import Celery\n"
+        f"app = Celery('opsapp', broker={urls['broker']!r})\n"
+        f"app.conf.redislock_url = {urls['locks']!r}\n"
+    )
+    return directory
