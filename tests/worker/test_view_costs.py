@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-import redis
 from celery import Celery
 
 from celery_redislock import SingletonTask
+from celery_redislock.contrib.testing import RedisServer
 from celery_redislock.engine.lock_engine import LockEngine
 from celery_redislock.engine.rate_decisions import Limit, decide_limits
 from celery_redislock.gates.rate_calls import catalog_of, named_log, overrides_of
@@ -74,8 +74,11 @@ class Views:
 
 
 @pytest.fixture
-def views(make_app: Callable[..., Celery], urls: dict[str, str]) -> Iterator[Views]:
-    made = Views(make_app(redislock_limits={"api": "100000/h"}), urls["locks"])
+def views(make_app: Callable[..., Celery], lock_server: RedisServer) -> Iterator[Views]:
+    """On a lock Redis of its own: the server's command counts are the views' alone (not the
+    broker's, on the session's server), and its many tenants are not left to other tests."""
+    url = lock_server.url
+    made = Views(make_app(redislock_limits={"api": "100000/h"}, redislock_url=url), url)
     yield made
     made.page.extensions["redislock"].stop()
     made.client.close()
@@ -91,13 +94,14 @@ def test_the_views_round_trips_do_not_grow_with_the_tenants_and_partitions(views
     assert (len(limit.partitions), limit.found) == (PAGE_ROWS + 25, PAGE_ROWS + 25)
 
 
-def test_the_page_reads_the_rows_it_shows_only(views: Views, locks: redis.Redis) -> None:
+def test_the_page_reads_the_rows_it_shows_only(views: Views, lock_server: RedisServer) -> None:
+    locks = lock_server.client()
     views.add(PAGE_ROWS + 20)
     views.page_view()  # the scripts loaded
-    before = locks.info("commandstats")
+    before = locks.info("commandstats")["cmdstat_evalsha"]
     page = views.page_view()
-    after = locks.info("commandstats")
-    scripts = after["cmdstat_evalsha"]["calls"] - before["cmdstat_evalsha"]["calls"]
+    after = locks.info("commandstats")["cmdstat_evalsha"]
+    scripts = after["calls"] - before["calls"]
     # A running count per tenant shown, a rate state per partition shown, the fair queue's sweep.
     assert scripts == 2 * PAGE_ROWS + 1, scripts
     assert page.count("<tr><td>celery</td>") == PAGE_ROWS
