@@ -102,6 +102,24 @@ def direct(report_id: str) -> str:
     return "no error"
 
 
+def bad_input(report_id: str) -> list[str]:
+    """What a fenced write says to a model without a FenceField and to a token of another key."""
+    from celery_redislock.contrib.fencing import Fence
+    from celery_redislock.contrib.fencing.django import fenced_update
+
+    said = []
+    digest = Digest.objects.create(day="2025-02-01", reports=0)
+    row = Report.objects.get(pk=report_id)
+    fenced_update(Fence("shop:one", 10), row, body="by one")
+    for fence, instance in [(Fence("shop:one", 11), digest), (Fence("shop:two", 20), row)]:
+        try:
+            fenced_update(fence, instance, body="refused")
+        except Exception as exc:
+            said.append(f"{type(exc).__name__}: {exc}")
+    said.append(Report.objects.get(pk=report_id).body)
+    return said
+
+
 if __name__ == "__main__":
     step, *args = sys.argv[1:]
     print(json.dumps(globals()[step](*args)))

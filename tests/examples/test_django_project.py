@@ -218,9 +218,18 @@ def test_a_render_paused_past_its_lock_ttl_has_its_write_refused_by_the_database
     assert row["rendered_by"] == after and row["fence"] == second["token"]
 
 
-def test_the_fenced_task_called_without_a_worker_says_it_has_no_token(shop: Shop) -> None:
+def test_a_fenced_write_without_a_token_field_or_key_of_its_own_says_what_is_wrong(shop: Shop) -> None:
     [report] = shop.django("create", "direct")  # type: ignore[misc]
     error = shop.django("direct", report)
     assert isinstance(error, str)
     assert error.startswith("NoFencingTokenError: a fenced write needs a fencing token, and task ")
     assert "reports.tasks.render_report" in error and "runs without a lock" in error
+    said = shop.django("bad_input", report)
+    assert said == [
+        "FenceColumnError: model reports.Digest has no fence column 'fence' for a fenced write: add "
+        "`fence = FenceField()` and `fence_key = FenceKeyField()`",
+        f"FenceKeyError: reports.Report pk={report} is fenced by lock key 'shop:one', not by 'shop:two': a "
+        "token of another key cannot order writes to it (lock both writers on the same lock_key, or "
+        "reset the row's fence key to '' to hand it over)",
+        "by one",  # neither wrote
+    ]
