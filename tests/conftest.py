@@ -1,7 +1,7 @@
 """Shared by the whole suite: hypothesis profiles, the fixtures of the integration and worker
 tests for the session's Sentinel set and cluster (from celery_redislock.contrib.testing),
 flushed after each test that used them, a TLS redis-server and a RabbitMQ broker (from
-tests.harness), and ``in_forked_child``.
+tests.harness), a PostgreSQL server, and ``in_forked_child``.
 
 Hypothesis profiles:
 
@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, settings
 
 from celery_redislock.contrib.testing import ClusterSet, SentinelSet, find_redis_server
 from tests.harness import (
+    PostgresServer,
     RabbitMQServer,
     TestCA,
     TLSRedisServer,
@@ -104,6 +105,18 @@ def rabbitmq_server() -> Iterator[RabbitMQServer]:
     rabbitmq-server is installed."""
     try:
         server = RabbitMQServer()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL cluster for the session, stopped by pid at the end; skips the test when no
+    PostgreSQL binaries are found (REDISLOCK_POSTGRES_BIN can point to them)."""
+    try:
+        server = PostgresServer()
     except RuntimeError as exc:
         pytest.skip(str(exc))
     with server:

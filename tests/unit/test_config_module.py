@@ -37,3 +37,24 @@ def test_redislock_settings_of_a_config_module_win_over_the_plugin_defaults(load
     finally:
         reset_runtime(app)
         app.close()
+
+
+def test_redislock_settings_under_a_namespace_are_read_as_django_projects_give_them() -> None:
+    # config_from_object("django.conf:settings", namespace="CELERY"): the package's settings
+    # are CELERY_REDISLOCK_*, and read as redislock_* like Celery's own.
+    config = types.ModuleType("redislock_example_django_settings")
+    config.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"  # type: ignore[attr-defined]
+    config.CELERY_REDISLOCK_URL = "redis://127.0.0.1:2/2"  # type: ignore[attr-defined]
+    config.CELERY_REDISLOCK_KEY_PREFIX = "shop"  # type: ignore[attr-defined]
+    config.CELERY_REDISLOCK_OPTIONS = {"lock_timeout": 7}  # type: ignore[attr-defined]
+    config.REDISLOCK_KEY_PREFIX = "not-in-the-namespace"  # type: ignore[attr-defined]
+    app = Celery("namespaced_app", set_as_current=False)
+    app.config_from_object(config, namespace="CELERY")
+    try:
+        settings = runtime_for(app).settings
+        assert (settings.url, settings.key_prefix) == ("redis://127.0.0.1:2/2", "shop")
+        assert dict(settings.options) == {"lock_timeout": 7.0}
+        assert app.conf["redislock_key_prefix"] == "shop"  # not the default added after
+    finally:
+        reset_runtime(app)
+        app.close()
