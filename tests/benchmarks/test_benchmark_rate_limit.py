@@ -41,4 +41,7 @@ def test_the_rate_limit_benchmark_prints_its_tables(capsys: pytest.CaptureFixtur
 def test_a_bad_rate_is_refused_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--rate", "5/d"])
-    assert "--rate must be a rate 'N/s', 'N/m' or 'N/h' (N an int from 1 to 1000000000), got '5/d'" in capsys.readouterr().err
+    assert (
+        "--rate must be a rate 'N/s', 'N/m' or 'N/h' (N an int from 1 to 1000000000), got '5/d'"
+        in capsys.readouterr().err
+    )
