@@ -172,6 +172,8 @@ def test_a_lane_answers_for_its_queue() -> None:
     assert consumed_queue({"consumer_tag": "t9"}, [], {"reports.fair.1": "t9"}) == "reports"
 
 
+# Its task has a queue attribute on purpose (Celery deprecates it): what Celery then chooses.
+@pytest.mark.filterwarnings("ignore::celery.exceptions.CDeprecationWarning")
 def test_the_queue_a_send_goes_to_is_celerys_choice(app: Celery) -> None:
     app.conf.task_routes = {"proj.routed": {"queue": "reports"}}
 
@@ -200,6 +202,8 @@ def test_the_queue_a_send_goes_to_is_celerys_choice(app: Celery) -> None:
     }
 
 
+# Its task has a queue attribute on purpose (Celery deprecates it): what Celery then chooses.
+@pytest.mark.filterwarnings("ignore::celery.exceptions.CDeprecationWarning")
 def test_a_routed_send_gets_the_queue_layer_its_worker_resolves(app: Celery) -> None:
     # The queue layer given only through task_routes (or the task's queue): the send's plan is
     # the one the worker consuming that queue resolves, a lane's retry its queue's.
