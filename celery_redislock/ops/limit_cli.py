@@ -163,16 +163,20 @@ def reset(ctx: click.Context, name: str) -> None:
     cli_of(ctx).echo(said + _still_paused(info))
 
 
-@limit.command(name="pause", cls=CeleryCommand)
-@click.argument("name")
-@click.argument("seconds", type=float)
-@click.option(
+#: ``--partition KEY`` of the commands that pause or resume one partition of a limit.
+_partition_option = click.option(
     "--partition",
     cls=CeleryOption,
     default="",
     metavar="KEY",
     help="Only this partition (a key `show` lists).",
 )
+
+
+@limit.command(name="pause", cls=CeleryCommand)
+@click.argument("name")
+@click.argument("seconds", type=float)
+@_partition_option
 @click.pass_context
 @redis_errors
 @_refused
@@ -187,13 +191,7 @@ def pause(ctx: click.Context, name: str, seconds: float, partition: str) -> None
 
 @limit.command(name="resume", cls=CeleryCommand)
 @click.argument("name")
-@click.option(
-    "--partition",
-    cls=CeleryOption,
-    default="",
-    metavar="KEY",
-    help="Only this partition (a key `show` lists).",
-)
+@_partition_option
 @click.pass_context
 @redis_errors
 @_refused

@@ -9,7 +9,8 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,28 @@ from .conftest import poll
 LOCK_TIMEOUT = 3
 
 
-def release_with_the_cli(tmp_path: Path, urls: dict[str, str], key: str) -> None:
+@contextmanager
+def renewal_reports() -> Iterator[list[tuple[str, str | None]]]:
+    """What the renewal reports while the block runs: ``("lost" | "retaken", new holder)``."""
+    seen: list[tuple[str, str | None]] = []
+
+    def on_lost(sender: Any = None, new_holder: str | None = None, **_: Any) -> None:
+        seen.append(("lost", new_holder))
+
+    def on_retaken(sender: Any = None, new_holder: str | None = None, **_: Any) -> None:
+        seen.append(("retaken", new_holder))
+
+    lock_lost.connect(on_lost, weak=False)
+    lock_retaken.connect(on_retaken, weak=False)
+    try:
+        yield seen
+    finally:
+        lock_lost.disconnect(on_lost)
+        lock_retaken.disconnect(on_retaken)
+
+
+def release_with_the_cli(tmp_path: Path, urls: dict[str, str], key: str) -> str:
+    """``celery redislock release KEY --yes`` as an operator runs it; what it printed."""
     done = subprocess.run(
         [sys.executable, "-m", "celery", "-A", "opsapp", "redislock", "release", key, "--yes"],
         cwd=write_ops_app(tmp_path, urls),
@@ -40,7 +62,7 @@ def release_with_the_cli(tmp_path: Path, urls: dict[str, str], key: str) -> None
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"Released {key} (held by "), done.stdout
+    return done.stdout
 
 
 def release_with_the_page(app: Celery, key: str) -> None:
@@ -70,7 +92,6 @@ def test_a_lock_released_by_an_operator_is_not_taken_back_by_its_running_task(
 ) -> None:
     app = make_app()
     started, gate = threading.Event(), threading.Event()
-    seen: list[tuple[str, str | None]] = []
     lost: list[bool] = []
 
     @app.task(base=SingletonTask, shared=False, bind=True, name="ops.rebuild", lock_timeout=LOCK_TIMEOUT)
@@ -80,44 +101,32 @@ def test_a_lock_released_by_an_operator_is_not_taken_back_by_its_running_task(
         lost.append(self.request.redislock.lost)
         return "done"
 
-    def on_lost(sender: Any = None, new_holder: str | None = None, **_: Any) -> None:
-        seen.append(("lost", new_holder))
-
-    def on_retaken(sender: Any = None, new_holder: str | None = None, **_: Any) -> None:
-        seen.append(("retaken", new_holder))
-
     key = runtime_for(app).plan(app.tasks[rebuild.name], None).key(rebuild, (1,), {})
-    lock_lost.connect(on_lost, weak=False)
-    lock_retaken.connect(on_retaken, weak=False)
     caplog.set_level(logging.WARNING, logger="celery_redislock")
-    try:
-        with worker(app, pool="threads", concurrency=2):
-            first = rebuild.delay(1)
-            assert started.wait(30)
-            holder = locks.get(key)
-            assert holder is not None and first.id in holder.decode()
-            if by == "cli":
-                release_with_the_cli(tmp_path, urls, key)
-            else:
-                release_with_the_page(app, key)
-            # The next renewal (within a third of LOCK_TIMEOUT) reports it, one way or the other.
-            assert poll(lambda: seen, 30), "no renewal reported the release"
-            assert seen == [("lost", None)]
-            assert locks.get(key) is None  # not taken back
-            assert locks.exists(released_key(key)) == 0  # the note was read, and dropped
-            assert any(
-                "released by an operator" in record.getMessage() and key in record.getMessage()
-                for record in caplog.records
-            ), caplog.text
-            # The lock is free: the same call runs now, beside the first.
-            started.clear()
-            second = rebuild.delay(1)
-            assert started.wait(30)
-            gate.set()
-            assert (first.get(timeout=30), second.get(timeout=30)) == ("done", "done")
-    finally:
-        lock_lost.disconnect(on_lost)
-        lock_retaken.disconnect(on_retaken)
+    with renewal_reports() as seen, worker(app, pool="threads", concurrency=2):
+        first = rebuild.delay(1)
+        assert started.wait(30)
+        holder = locks.get(key)
+        assert holder is not None and first.id in holder.decode()
+        if by == "cli":
+            assert release_with_the_cli(tmp_path, urls, key).startswith(f"Released {key} (held by ")
+        else:
+            release_with_the_page(app, key)
+        # The next renewal (within a third of LOCK_TIMEOUT) reports it, one way or the other.
+        assert poll(lambda: seen, 30), "no renewal reported the release"
+        assert seen == [("lost", None)]
+        assert locks.get(key) is None  # not taken back
+        assert locks.exists(released_key(key)) == 0  # the note was read, and dropped
+        assert any(
+            "released by an operator" in record.getMessage() and key in record.getMessage()
+            for record in caplog.records
+        ), caplog.text
+        # The lock is free: the same call runs now, beside the first.
+        started.clear()
+        second = rebuild.delay(1)
+        assert started.wait(30)
+        gate.set()
+        assert (first.get(timeout=30), second.get(timeout=30)) == ("done", "done")
     assert sorted(lost) == [False, True]  # the first knew it ran without its lock
 
 
@@ -133,7 +142,6 @@ def test_a_slot_released_by_an_operator_is_not_taken_back_by_its_running_task(
     # back (lock_retaken), and the key held the released holder again.
     app = make_app()
     started, gate = threading.Event(), threading.Event()
-    seen: list[tuple[str, str | None]] = []
 
     @app.task(base=SingletonTask, shared=False, name="ops.sync", lock_timeout=LOCK_TIMEOUT, max_concurrency=2)
     def sync(tenant: int) -> str:
@@ -141,44 +149,21 @@ def test_a_slot_released_by_an_operator_is_not_taken_back_by_its_running_task(
         assert gate.wait(30)
         return "done"
 
-    def on_lost(sender: Any = None, new_holder: str | None = None, **_: Any) -> None:
-        seen.append(("lost", new_holder))
-
-    def on_retaken(sender: Any = None, new_holder: str | None = None, **_: Any) -> None:
-        seen.append(("retaken", new_holder))
-
     key = runtime_for(app).plan(app.tasks[sync.name], None).key(sync, (1,), {})
-    lock_lost.connect(on_lost, weak=False)
-    lock_retaken.connect(on_retaken, weak=False)
     caplog.set_level(logging.WARNING, logger="celery_redislock")
-    try:
-        with worker(app, pool="threads", concurrency=2):
-            first = sync.delay(1)
-            assert started.wait(30)
-            assert locks.zcard(key) == 1
-            done = subprocess.run(
-                [sys.executable, "-m", "celery", "-A", "opsapp", "redislock", "release", key, "--yes"],
-                cwd=write_ops_app(tmp_path, urls),
-                env=module_env(tmp_path),
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            assert done.returncode == 0 and done.stdout.startswith(f"Released 1 of 1 holder(s) of {key}"), (
-                done
-            )
-            assert poll(lambda: seen, 30), "no renewal reported the release"
-            assert seen == [("lost", None)]
-            assert locks.zcard(key) == 0  # not taken back
-            assert locks.exists(released_key(key)) == 0  # the note was read, and dropped
-            assert any("released by an operator" in record.getMessage() for record in caplog.records), (
-                caplog.text
-            )
-            gate.set()
-            assert first.get(timeout=30) == "done"
-    finally:
-        lock_lost.disconnect(on_lost)
-        lock_retaken.disconnect(on_retaken)
+    with renewal_reports() as seen, worker(app, pool="threads", concurrency=2):
+        first = sync.delay(1)
+        assert started.wait(30)
+        assert locks.zcard(key) == 1
+        said = release_with_the_cli(tmp_path, urls, key)
+        assert said.startswith(f"Released 1 of 1 holder(s) of {key}"), said
+        assert poll(lambda: seen, 30), "no renewal reported the release"
+        assert seen == [("lost", None)]
+        assert locks.zcard(key) == 0  # not taken back
+        assert locks.exists(released_key(key)) == 0  # the note was read, and dropped
+        assert any("released by an operator" in record.getMessage() for record in caplog.records), caplog.text
+        gate.set()
+        assert first.get(timeout=30) == "done"
 
 
 def write_ops_app(directory: Path, urls: dict[str, str]) -> Path:
