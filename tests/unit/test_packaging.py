@@ -28,12 +28,16 @@ def test_the_licence_is_declared_and_shipped() -> None:
     assert DIST.metadata.get_all("License-File") == ["LICENSE"]
 
 
-#: What the wheel ships for a user's own tests (docs/testing.md): a throwaway redis-server, the
-#: Sentinel set and cluster its fixtures start, a worker subprocess, and the fixtures. The
-#: project's other harnesses (RabbitMQ, a TLS certificate authority, round-trip counting, rate
-#: windows) are in tests/harness, outside the package.
+#: What the wheel ships in contrib: the fenced writes for the Django ORM and SQLAlchemy, and for
+#: a user's own tests (docs/testing.md) a throwaway redis-server, the Sentinel set and cluster its
+#: fixtures start, a worker subprocess, and the fixtures. The project's other harnesses
+#: (RabbitMQ, PostgreSQL, a TLS certificate authority, round-trip counting, rate windows) are in
+#: tests/harness, outside the package.
 CONTRIB = [
     "celery_redislock/contrib/__init__.py",
+    "celery_redislock/contrib/fencing/__init__.py",
+    "celery_redislock/contrib/fencing/django.py",
+    "celery_redislock/contrib/fencing/sqlalchemy.py",
     "celery_redislock/contrib/pytest.py",
     "celery_redislock/contrib/testing/__init__.py",
     "celery_redislock/contrib/testing/servers.py",
