@@ -1,0 +1,132 @@
+"""Adaptive named limits through real workers and a real redis-server, against a real HTTP
+partner on loopback (``tests.harness.partner``) that serves C calls a second and answers 429
+with Retry-After above that: the limit's rate, one state in Redis shared by every worker, finds
+C and follows it. The bounds are loose (a loaded 2-core machine); the benchmark measures the
+figures (``benchmarks.adaptive_limit``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from celery import Celery
+
+from celery_redislock.contrib.testing import poll
+from celery_redislock.engine.adaptive_rates import adaptive_state
+from celery_redislock.gates.rate_calls import named_log
+from celery_redislock.integration.runtime import runtime_for
+from tests.harness.partner import Partner
+
+from .conftest import stats_of
+from .mode_harness import Deployment, ModeTask, node
+
+#: The body: one call of the partner; a 429 pauses the limit for its Retry-After (the call is
+#: re-queued, never lost); a success is recorded once per call.
+BODY = """
+import urllib.error, urllib.request
+try:
+    urllib.request.urlopen(PARTNER + "?n=" + str(n), timeout=30).close()
+except urllib.error.HTTPError as exc:
+    if exc.code == 429:
+        raise RateLimitPaused(float(exc.headers["Retry-After"]))
+    raise
+coord.rpush("served:" + tag, n)
+return n
+"""
+
+
+def partner_task(name: str) -> ModeTask:
+    return ModeTask(name, "tag, n", BODY, {"rate_limits": ["partner"], "acks_late": True})
+
+
+def module(partner: Partner, limit: dict[str, Any]) -> str:
+    return (
+        "\nfrom celery_redislock import RateLimitPaused\n"
+        f"PARTNER = {partner.url!r}\n"
+        f"app.conf.redislock_limits = {{'partner': {limit!r}}}\n"
+    )
+
+
+class Load:
+    """Keeps ``backlog`` calls sent and not yet served (a partner with more work than capacity),
+    topped up each time it is asked; ``served`` reads what the workers recorded."""
+
+    def __init__(self, app: Celery, task: ModeTask, coord: redis.Redis, tag: str, backlog: int) -> None:
+        self.send = task.sender(app)
+        self.coord, self.tag, self.backlog = coord, tag, backlog
+        self.sent = 0
+
+    def served(self) -> list[int]:
+        return [int(n) for n in self.coord.lrange(f"served:{self.tag}", 0, -1)]
+
+    def top_up(self) -> None:
+        wanted = self.coord.llen(f"served:{self.tag}") + self.backlog
+        for n in range(self.sent, wanted):
+            self.send.delay(self.tag, n)
+        self.sent = max(self.sent, wanted)
+
+    def until(self, condition: Callable[[], Any], timeout: float) -> Any:
+        """Keep the load up until ``condition()`` holds (its value), or the deadline passes."""
+
+        def check() -> Any:
+            self.top_up()
+            return condition()
+
+        return poll(check, timeout, 0.05)
+
+
+def rate_over(partner: Partner, seconds: float) -> tuple[float, float]:
+    """The partner's calls served a second, and the share of its answers that were 429s, over
+    the last ``seconds``."""
+    now = partner.now()
+    ok, refused = partner.served(now - seconds, now)
+    return ok / seconds, refused / max(1, ok + refused)
+
+
+def test_an_adaptive_limit_finds_the_partners_capacity_and_follows_it_down(
+    coord: redis.Redis, locks: redis.Redis, deployment: Deployment
+) -> None:
+    # Seen red with the gate deciding by the declared start (its state not read: the rate stayed
+    # at 2/s, the partner at 10/s) and with the reports not sent (no state, no change counted).
+    task = partner_task("adaptive.follow")
+    limit = {"floor": 1, "ceiling": 40, "start": 2}
+    with Partner(capacity=10) as partner:
+        names = [node("adapt-a"), node("adapt-b")]
+        # Two workers: one state in Redis decides for both.
+        workers = [
+            deployment.start(task, "-c", "3", "-n", name, module=module(partner, limit)) for name in names
+        ]
+        app = deployment.app()
+        load = Load(app, task, coord, "follow", backlog=30)
+        reached = load.until(lambda: partner.now() > 5 and rate_over(partner, 5)[0] >= 5, timeout=40)
+        assert reached, (
+            f"served {rate_over(partner, 5)[0]:.1f}/s over the last 5 s after 40 s, the partner at 10/s"
+        )
+        state = adaptive_state(locks, named_log(runtime_for(app).settings.key_prefix, "partner"))
+        assert state is not None and state.rate > 2 and 1 <= state.floor <= state.ceiling == 40
+        partner.capacity = 4  # more than halved: the limit must come down to it
+        halved = partner.now()
+        first = load.until(lambda: partner.now() - halved >= 5, timeout=30) and rate_over(partner, 5)[1]
+        calmer = load.until(
+            lambda: partner.now() - halved >= 10 and rate_over(partner, 5)[1] < max(0.1, first / 2),
+            timeout=40,
+        )
+        assert calmer, (
+            f"429s were {rate_over(partner, 5)[1]:.0%} of calls 40 s after the halving ({first:.0%} first)"
+        )
+        assert adaptive_state(locks, named_log(runtime_for(app).settings.key_prefix, "partner")).rate < 8  # type: ignore[union-attr]
+        # Nothing lost, nothing run twice: every call sent is served, once.
+        sent = load.sent
+        missing = lambda: sorted(set(range(sent)) - set(load.served()))  # noqa: E731
+        assert poll(lambda: not missing(), 60), f"{missing()} of {sent} not served; " + "\n".join(
+            line
+            for w in workers
+            for line in w.log().splitlines()
+            if any(f"'follow', {n})" in line or f'"follow", {n}]' in line for n in missing())
+        )
+        assert sorted(load.served()) == list(range(sent))
+        changes = sum(
+            (stats_of(app, name) or {"counters": {}})["counters"].get("rate_adapted", 0) for name in names
+        )
+        assert changes >= 2  # up, then down: each change counted by the worker that made it
