@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import redis
 from celery import Celery
 
@@ -130,3 +131,61 @@ def test_an_adaptive_limit_finds_the_partners_capacity_and_follows_it_down(
             (stats_of(app, name) or {"counters": {}})["counters"].get("rate_adapted", 0) for name in names
         )
         assert changes >= 2  # up, then down: each change counted by the worker that made it
+
+
+#: A body whose partner's overload is an exception the limit names, not a RateLimitPaused.
+OVERLOAD_BODY = """
+import urllib.error, urllib.request
+try:
+    urllib.request.urlopen(PARTNER + "?n=" + str(n), timeout=30).close()
+except urllib.error.HTTPError as exc:
+    raise TimeoutError(f"partner answered {exc.code}") from None
+coord.rpush("served:" + tag, n)
+return n
+"""
+
+
+@pytest.mark.parametrize(
+    ("signal", "limit", "service", "says"),
+    [
+        pytest.param(
+            "exception",
+            {"floor": 1, "ceiling": 20, "start": 20, "overload": ["TimeoutError"]},
+            0.01,
+            "TimeoutError: partner answered 429",
+            id="named-exception",
+        ),
+        pytest.param(
+            "latency",
+            {"floor": 1, "ceiling": 20, "start": 20, "latency_target": 0.05},
+            0.2,
+            "latency",
+            id="latency-target",
+        ),
+    ],
+)
+def test_a_named_exception_or_a_slow_success_brings_the_rate_down(
+    signal: str,
+    limit: dict[str, Any],
+    service: float,
+    says: str,
+    coord: redis.Redis,
+    locks: redis.Redis,
+    deployment: Deployment,
+) -> None:
+    # Seen red with no exception matched as an overload (the rate stayed at its start, 20/s) and
+    # with the latency not compared (likewise).
+    task = ModeTask(f"adaptive.{signal}", "tag, n", OVERLOAD_BODY, {"rate_limits": ["partner"]})
+    with Partner(capacity=4, service=service) as partner:
+        deployment.start(task, "-c", "4", "-n", node(f"adapt-{signal}"), module=module(partner, limit))
+        app = deployment.app()
+        log = named_log(runtime_for(app).settings.key_prefix, "partner")
+        load = Load(app, task, coord, signal, backlog=20)
+
+        def came_down() -> bool:
+            state = adaptive_state(locks, log)
+            return state is not None and state.rate < 15
+
+        assert load.until(came_down, timeout=40), adaptive_state(locks, log)
+        state = adaptive_state(locks, log)
+        assert state is not None and says in state.reason

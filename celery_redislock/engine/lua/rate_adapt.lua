@@ -72,7 +72,9 @@ end
 -- The wire form's unit is a call an hour, a bucket of `burst`: one call every 1/rate seconds.
 local wire = math.max(1, math.floor(published * 3600 + 0.5)) .. ':3600000:' .. burst
 redis.call('HSET', state, name, wire, '~value', tostring(published), '~reason', why, '~at', now)
-redis.call('HINCRBY', state, '~changes', 1)
+if published ~= value then
+  redis.call('HINCRBY', state, '~changes', 1)
+end
 -- The waiting calls' slots were placed by the old rate: given up (as an operator's change does,
 -- rate_change.lua), each is decided anew under the new one when it comes back.
 for _, member in ipairs(redis.call('ZRANGE', reserved, 0, -1)) do
