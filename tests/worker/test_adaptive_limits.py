@@ -6,6 +6,7 @@ figures (``benchmarks.adaptive_limit``)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -127,6 +128,8 @@ def test_an_adaptive_limit_finds_the_partners_capacity_and_follows_it_down(
             if any(f"'follow', {n})" in line or f'"follow", {n}]' in line for n in missing())
         )
         assert sorted(load.served()) == list(range(sent))
+        # Each change is one INFO line of the worker that made it.
+        assert any("Adaptive limit partner ({" in w.log() and "/s (successes)" in w.log() for w in workers)
         changes = sum(
             (stats_of(app, name) or {"counters": {}})["counters"].get("rate_adapted", 0) for name in names
         )
@@ -146,11 +149,12 @@ return n
 
 
 @pytest.mark.parametrize(
-    ("signal", "limit", "service", "says"),
+    ("signal", "limit", "capacity", "service", "says"),
     [
         pytest.param(
             "exception",
             {"floor": 1, "ceiling": 20, "start": 20, "overload": ["TimeoutError"]},
+            4,
             0.01,
             "TimeoutError: partner answered 429",
             id="named-exception",
@@ -158,6 +162,7 @@ return n
         pytest.param(
             "latency",
             {"floor": 1, "ceiling": 20, "start": 20, "latency_target": 0.05},
+            100,  # no 429: the latency alone speaks
             0.2,
             "latency",
             id="latency-target",
@@ -167,6 +172,7 @@ return n
 def test_a_named_exception_or_a_slow_success_brings_the_rate_down(
     signal: str,
     limit: dict[str, Any],
+    capacity: float,
     service: float,
     says: str,
     coord: redis.Redis,
@@ -176,7 +182,7 @@ def test_a_named_exception_or_a_slow_success_brings_the_rate_down(
     # Seen red with no exception matched as an overload (the rate stayed at its start, 20/s) and
     # with the latency not compared (likewise).
     task = ModeTask(f"adaptive.{signal}", "tag, n", OVERLOAD_BODY, {"rate_limits": ["partner"]})
-    with Partner(capacity=4, service=service) as partner:
+    with Partner(capacity=capacity, service=service) as partner:
         deployment.start(task, "-c", "4", "-n", node(f"adapt-{signal}"), module=module(partner, limit))
         app = deployment.app()
         log = named_log(runtime_for(app).settings.key_prefix, "partner")
@@ -189,3 +195,67 @@ def test_a_named_exception_or_a_slow_success_brings_the_rate_down(
         assert load.until(came_down, timeout=40), adaptive_state(locks, log)
         state = adaptive_state(locks, log)
         assert state is not None and says in state.reason
+
+
+def test_limit_show_the_page_and_the_gauge_say_the_rate_its_bounds_and_last_reason(
+    make_app: Callable[..., Celery], locks: redis.Redis
+) -> None:
+    # Seen red before they read the adaptive state: show gave the start's wire form
+    # ("36000/h burst 1"), the page and the gauge no rate, bounds or reason.
+    from celery.bin.base import CLIContext
+    from click.testing import CliRunner
+    from prometheus_client import generate_latest
+
+    from celery_redislock import OptionError, reset_limit, set_limit
+    from celery_redislock.engine.adaptive_rates import report_call
+    from celery_redislock.ops.limit_cli import limit as limit_command
+    from celery_redislock.ops.metrics import lock_registry
+    from celery_redislock.ops.web import create_app
+
+    app = make_app(redislock_limits={"partner": {"floor": 1, "ceiling": 40, "start": 10}, "fixed": "5/s"})
+    runtime = runtime_for(app)
+    log = named_log(runtime.settings.key_prefix, "partner")
+    spec = runtime.settings.limits["partner"].adaptive
+    assert spec is not None
+    change = report_call(
+        runtime.scripts, log, "partner", spec, "over", 0.0, "RateLimitPaused (retry after 1s)"
+    )
+    assert change is not None and (change.old, change.new) == (10.0, 8.0)
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(
+            limit_command, list(args), obj=CLIContext(app=app, no_color=True, workdir=".", quiet=False)
+        )
+
+    shown = run("show").output
+    assert "partner  adaptive 1/s to 40/s, start 10/s  [redislock_limits]" in shown
+    assert "rate 8.000/s (1 change(s), the last: RateLimitPaused (retry after 1s))" in shown
+    (listed,) = [each for each in json.loads(run("show", "--json").output) if each["name"] == "partner"]
+    assert listed["adaptive"]["floor"] == 1 and listed["adaptive"]["ceiling"] == 40
+    assert listed["partitions"][0]["adaptive"]["rate"] == 8.0
+
+    page = create_app(app, poll_interval=60)
+    try:
+        html = page.test_client().get("/").get_data(as_text=True)
+    finally:
+        page.extensions["redislock"].stop()
+    assert "(adaptive, 1/s to 40/s)" in html
+    assert (
+        '<span class="adaptive">8.000/s</span> <span class="note">(last change: RateLimitPaused (retry after 1s))'
+        in html
+    )
+
+    metrics = generate_latest(lock_registry(app=app)).decode()
+    assert f'redislock_adaptive_rate{{limit="partner",partition="{log}"}} 8.0' in metrics
+    assert 'redislock_adaptive_ceiling{limit="partner"} 40.0' in metrics
+
+    # Bad input changes nothing: an adaptive limit's rate is not set by hand, an unknown one is named.
+    with pytest.raises(OptionError, match="names an adaptive limit"):
+        set_limit(app, "partner", "50/s")
+    refused = run("set", "partnr", "5/s")
+    assert refused.exit_code != 0 and "did you mean 'partner'?" in refused.output
+    assert adaptive_state(locks, log).rate == 8.0  # type: ignore[union-attr]
+    # A reset forgets what it learnt: the start again.
+    assert reset_limit(app, "partner") is True
+    assert adaptive_state(locks, log) is None
+    assert "Adaptive limit partner had learnt nothing yet" in run("reset", "partner").output
