@@ -13,9 +13,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
+from ..engine.adaptive_rates import AdaptiveRate
 from ..engine.checks import BadValue, check_count, got
 from ..engine.rates import Rate, parse_rates
 from ..errors import OptionError, short_repr
+from .adaptive_limits import read_adaptive
 from .options import APP_CONFIGURATION, LockKey, check_lock_key
 
 __all__ = [
@@ -48,11 +50,21 @@ CostSpec = Union[int, Callable[..., Any], tuple[tuple[str, Any], ...]]
 @dataclass(frozen=True)
 class NamedLimit:
     """A limit declared by name: its rates as declared, and where (``redislock_limits`` or
-    ``declare_limit``)."""
+    ``declare_limit``); ``adaptive``: its bounds and rule when the package chooses its rate
+    (``rates`` is then its start rate, decided by until a call reports)."""
 
     name: str
     rates: tuple[Rate, ...]
     source: str
+    adaptive: AdaptiveRate | None = None
+
+
+def _limit(name: str, value: Any, option: str, source: str, where: str) -> NamedLimit:
+    """The limit ``name`` declared ``value``: rates, or an adaptive declaration (a dict)."""
+    if isinstance(value, Mapping):
+        adaptive = read_adaptive(name, value, option, source)
+        return NamedLimit(name, (adaptive.start_rate(),), where, adaptive)
+    return NamedLimit(name, _rates(name, value, option, source), where)
 
 
 def _check_name(name: Any, option: str, source: str) -> str:
@@ -71,7 +83,8 @@ def _rates(name: str, value: Any, option: str, source: str) -> tuple[Rate, ...]:
 
 def read_limits(value: Any) -> dict[str, NamedLimit]:
     """The ``redislock_limits`` setting (None, or a dict of limit name -> ``"10/s"``,
-    ``"10/s burst 50"``, ``["5/s", "20/m"]``...), checked: an ``OptionError`` names the setting
+    ``"10/s burst 50"``, ``["5/s", "20/m"]``, an adaptive ``{"floor": 1, "ceiling": 50}``...),
+    checked: an ``OptionError`` names the setting
     and the limit that is wrong."""
     if value is None:
         return {}
@@ -84,9 +97,7 @@ def read_limits(value: Any) -> dict[str, NamedLimit]:
     limits = {}
     for name, rates in value.items():
         _check_name(name, LIMITS_SETTING, APP_CONFIGURATION)
-        limits[name] = NamedLimit(
-            name, _rates(name, rates, LIMITS_SETTING, APP_CONFIGURATION), LIMITS_SETTING
-        )
+        limits[name] = _limit(name, rates, LIMITS_SETTING, APP_CONFIGURATION, LIMITS_SETTING)
     return limits
 
 
@@ -97,16 +108,17 @@ _declared_lock = threading.Lock()
 
 def declare_limit(app: Any, name: str, rate: Any) -> NamedLimit:
     """Declare the limit ``name`` of ``app`` in code (as ``redislock_limits`` does in settings):
-    ``rate`` is ``"10/s"``, ``"10/s burst 50"``, ``"5/s, 20/m"`` or a list of those. Tasks name
+    ``rate`` is ``"10/s"``, ``"10/s burst 50"``, ``"5/s, 20/m"``, a list of those, or an adaptive
+    limit's dict (``{"floor": 1, "ceiling": 50, "start": 5}``, docs: "Adaptive limits"). Tasks name
     it in ``rate_limits``. Declaring it again with the same rates is a no-op; with others, or a
     name ``redislock_limits`` gives other rates, an ``OptionError``."""
     source = f"declare_limit({name!r})"
     _check_name(name, "name", source)
-    limit = NamedLimit(name, _rates(name, rate, "rate", source), CODE)
+    limit = _limit(name, rate, "rate", source, CODE)
     with _declared_lock:
         own = _declared.setdefault(app, {})
         known = own.get(name)
-        if known is not None and known.rates != limit.rates:
+        if known is not None and known != limit:
             raise OptionError(
                 "rate", source, f"is {_text(limit)}, but {name!r} was declared {_text(known)} already"
             )
@@ -128,7 +140,7 @@ def limit_catalog(
     catalog = dict(setting)
     for name, limit in declared.items():
         known = catalog.get(name)
-        if known is not None and known.rates != limit.rates:
+        if known is not None and (known.rates, known.adaptive) != (limit.rates, limit.adaptive):
             raise OptionError(
                 LIMITS_SETTING,
                 APP_CONFIGURATION,
@@ -139,6 +151,9 @@ def limit_catalog(
 
 
 def _text(limit: NamedLimit) -> str:
+    if limit.adaptive is not None:
+        spec = limit.adaptive
+        return f"adaptive {spec.floor:g}/s to {spec.ceiling:g}/s (start {spec.start:g}/s)"
     return repr(", ".join(map(str, limit.rates)))
 
 

@@ -6,11 +6,14 @@ share per tenant (``fair_share``). A call a gate makes wait is put off by ``wait
 from __future__ import annotations
 
 from .. import modes  # noqa: F401  (the modes register first: the counters keep one order everywhere)
+from ..engine.counting import add_counters
 from ..integration.mode import register_gate, registered_gates
-from . import fair_share, rate_limit
+from . import fair_share, rate_limit, rate_reports
 
 __all__ = ["registered_gates"]
 
 register_gate(rate_limit.GATE)
 # Asked first: a call is counted out of its backlog as it starts, whatever a later gate decides.
 register_gate(fair_share.GATE, first=True)
+# Counters added since go last: the order of those before is every worker's shared layout.
+add_counters(rate_reports.COUNTERS, f"the {rate_limit.GATE.name} gate")

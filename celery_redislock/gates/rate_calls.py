@@ -19,6 +19,7 @@ from typing import Any
 from ..config.arguments import KeyBuilder
 from ..config.limits import NamedLimit, declared_limits, limit_catalog, unknown_limit
 from ..config.options import LockOptions, source_task
+from ..engine.adaptive_rates import adaptive_key
 from ..engine.checks import BadValue, check_count
 from ..engine.keys import slot_key
 from ..engine.rate_decisions import Limit, check_one_slot
@@ -194,7 +195,10 @@ class LimitResolver:
                 if declared is None:
                     raise OptionError("rate_limits", source, unknown_limit(name, catalog))
                 digest = "" if spec is None else self._digest(runtime, task, spec, args, kwargs)
-                limits.append(Limit(named_log(prefix, name, digest), declared.rates, name, overrides))
+                log = named_log(prefix, name, digest)
+                # An adaptive partition's decisions read its rate from its own state.
+                own_rates = overrides if declared.adaptive is None else adaptive_key(log)
+                limits.append(Limit(log, declared.rates, name, own_rates))
         calls = CallLimits(tuple(limits), self._costs(task, options, limits, args, kwargs, source), source)
         check_one_slot(runtime.scripts.client, calls.limits, source)
         return calls

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 from ..config.limits import NamedLimit
 from ..config.options import LockOptions
+from ..engine.adaptive_rates import adaptive_key
 from ..engine.keys import glob_escape, limit_keys, parse_key
 from ..engine.leases import as_text
 from ..engine.rate_decisions import RateState, rate_state, runtime_rates
@@ -31,12 +32,14 @@ __all__ = [
 LIMIT_SUFFIX = "limit"
 
 _DIGEST = re.compile(r"[0-9a-f]{32}")
-#: The key beside a log that holds a pause's end (``keys.limit_keys``).
-_PAUSE = limit_keys("x")[4].rsplit(":", 1)[1]
+#: The keys beside a log that a partition may have without its log: a pause's end
+#: (``keys.limit_keys``), an adaptive partition's state (``adaptive_rates.adaptive_key``).
+_BESIDE = (limit_keys("x")[4].rsplit(":", 1)[1], adaptive_key("x").rsplit(":", 1)[1])
 
 
 def partition_keys(runtime: Runtime, name: str) -> list[str]:
-    """The logs of named limit ``name``'s partitions in Redis (a log, or a pause without a log yet)."""
+    """The logs of named limit ``name``'s partitions in Redis (a log, or a pause or an adaptive
+    state without a log now)."""
     one = named_log(runtime.settings.key_prefix, name)
     found: set[str] = set()
     for pattern in (glob_escape(one), glob_escape(one) + ":*"):
@@ -46,8 +49,8 @@ def partition_keys(runtime: Runtime, name: str) -> list[str]:
                 rest = key[len(one) :].split(":")
                 if key == one or (len(rest) == 2 and _DIGEST.fullmatch(rest[1])):
                     found.add(key)
-                elif rest[-1] == _PAUSE and (len(rest) == 2 or _DIGEST.fullmatch(rest[1])):
-                    found.add(key[: -len(_PAUSE) - 1])
+                elif rest[-1] in _BESIDE and (len(rest) == 2 or _DIGEST.fullmatch(rest[1])):
+                    found.add(key[: -len(rest[-1]) - 1])
     return sorted(found)
 
 

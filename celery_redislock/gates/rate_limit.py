@@ -63,6 +63,7 @@ from .rate_calls import (
 )
 from .rate_inventory import LIMIT_SUFFIX, describe_limit_key, describe_rate_key, named_keys
 from .rate_postpone import COME_BACK_EARLY, drop_copy, postpone
+from .rate_reports import report_outcome, report_overload
 from .rate_signals import SIGNALS, send_rate_paused
 
 if TYPE_CHECKING:
@@ -221,8 +222,25 @@ class RateLimitGate:
         """The Redis key of the log of the running call's ``global_rate_limit`` partition."""
         return self.limits.of(task, execution.runtime, execution.options).home
 
+    def on_outcome(
+        self,
+        task: AnyTask,
+        runtime: Runtime,
+        options: LockOptions,
+        error: BaseException | None,
+        elapsed: float,
+    ) -> None:
+        """The body ended after ``elapsed`` seconds (``error``: what it raised, None: it
+        returned): reported to the call's adaptive limits (``rate_reports``)."""
+        report_outcome(self.limits, task, runtime, options, error, elapsed)
+
     def on_paused(
-        self, task: AnyTask, runtime: Runtime, options: LockOptions, paused: RateLimitPaused
+        self,
+        task: AnyTask,
+        runtime: Runtime,
+        options: LockOptions,
+        paused: RateLimitPaused,
+        elapsed: float = 0.0,
     ) -> NoReturn:
         """The body raised ``paused``: pause its limits (those it names, else all the call's) on
         the server's clock, then re-queue the call for a slot after the pause, as a postponed
@@ -234,6 +252,9 @@ class RateLimitGate:
         chosen = calls.named(paused.limits)
         scripts = runtime.scripts
         end = pause_limits(scripts, chosen, paused.retry_after, calls.source)
+        # An overload of its adaptive limits too: their rate is cut before the call is re-queued.
+        why = f"RateLimitPaused (retry after {paused.retry_after:g}s)"
+        report_overload(self.limits, task, runtime, options, chosen, elapsed, why)
         count("rate_paused")
         send_rate_paused(
             task,

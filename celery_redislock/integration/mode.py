@@ -119,8 +119,10 @@ class Gate(Protocol):
     Two hooks a gate may have (looked up, so a gate without them is one): ``check_plan(runtime,
     task, options)``, asked as a plan is made (at worker start), raises ``OptionError`` for what
     the options cannot be checked for alone (a name the app must declare); ``on_paused(task,
-    runtime, options, paused)``, asked when the body raised ``RateLimitPaused``, ends the call
-    (re-queued) or returns to let it fail; ``other_keys(runtime, task)``, the ``(key, task
+    runtime, options, paused, elapsed)``, asked when the body raised ``RateLimitPaused`` (``elapsed``
+    seconds after it started), ends the call (re-queued) or returns to let it fail;
+    ``on_outcome(task, runtime, options, error, elapsed)``, told how any other run of the body
+    ended (``error``: what it raised, None: it returned), must not raise; ``other_keys(runtime, task)``, the ``(key, task
     column, suffix)`` of keys it keeps apart from any lock key (of ``task`` if given), which
     ``celery redislock list`` describes by ``describe_key`` as the others; ``sends_through(task)``,
     whether a call of ``task`` may pass through it, so its send must be planned, and then

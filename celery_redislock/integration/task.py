@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -129,16 +130,30 @@ class SingletonTask(_TaskBase):
         if outcome is not None:  # else unlocked: the mode says so (unique while queued only), or Redis
             fields[HELD_FIELD] = outcome
             fields[INFO_FIELD] = outcome.info
+        started = time.monotonic()
         try:
-            return self.run(*args, **kwargs)
+            result = self.run(*args, **kwargs)
         except RateLimitPaused as paused:
             for gate in plan.gates:  # the rate limit re-queues the call for after the pause
                 handle = getattr(gate, "on_paused", None)
                 if handle is not None:
-                    handle(self, runtime, plan.options, paused)
+                    handle(self, runtime, plan.options, paused, time.monotonic() - started)
             raise  # no rate limit to pause: an error like any other
+        except Exception as exc:
+            self._report(plan, runtime, exc, started)
+            raise
+        else:
+            self._report(plan, runtime, None, started)
+            return result
         finally:
             self._release_held(request=request)
+
+    def _report(self, plan: Plan, runtime: Runtime, error: BaseException | None, started: float) -> None:
+        """Tell the plan's gates how the body ended (an adaptive limit learns from it)."""
+        for gate in plan.gates:
+            handle = getattr(gate, "on_outcome", None)
+            if handle is not None:
+                handle(self, runtime, plan.options, error, time.monotonic() - started)
 
     def _decide(self, request: Any, runtime: Runtime, plan: Plan, key: str) -> Holding | None:
         """The lock this call runs under, or None: it runs unlocked (``lock=False``, the mode says

@@ -15,7 +15,7 @@ from ..engine.rate_decisions import RateState
 from ..errors import RedisLockError
 from ..gates.rate_inventory import state_text
 from .cli_common import cli_of, echo_listing, redis_errors, runtime_of
-from .limits import LimitInfo, change_pause, reset_limit, set_limit, show_limits
+from .limits import LimitInfo, PartitionInfo, change_pause, reset_limit, set_limit, show_limits
 from .terminal import printable
 
 __all__ = ["limit"]
@@ -41,14 +41,32 @@ def _rates(rates: Any) -> str:
     return ", ".join(map(str, rates))
 
 
+def _bounds(info: LimitInfo) -> str:
+    spec = info.adaptive
+    assert spec is not None
+    return f"adaptive {spec.floor:g}/s to {spec.ceiling:g}/s, start {spec.start:g}/s"
+
+
+def _learnt(partition: PartitionInfo) -> str:
+    """An adaptive partition's rate now and its last change, or that it is at its start."""
+    state = partition.adaptive
+    if state is None:
+        return "at its start (no call has reported yet)"
+    return f"rate {state.rate:.3f}/s ({state.changes} change(s), the last: {printable(state.reason)}); "
+
+
 def _lines(info: LimitInfo) -> list[str]:
     source = (
         f"runtime override (declared {_rates(info.declared)} in {info.source})"
         if info.overridden
         else info.source
     )
-    lines = [f"{printable(info.name)}  {_rates(info.rates)}  [{source}]"]
+    shown = _bounds(info) if info.adaptive is not None else _rates(info.rates)
+    lines = [f"{printable(info.name)}  {shown}  [{source}]"]
     for partition in info.partitions:
+        if info.adaptive is not None:
+            lines.append(f"  {printable(partition.key)}: {_learnt(partition)}{state_text(partition.state)}")
+            continue
         if len(partition.states) == 1:
             lines.append(f"  {printable(partition.key)}: {state_text(partition.state)}")
             continue
@@ -69,8 +87,39 @@ def _still_paused(info: LimitInfo) -> str:
     return f"; it stays paused for {left:.3f}s (`limit resume {info.name}` lifts the pause)"
 
 
+def _adaptive_json(info: LimitInfo) -> dict[str, Any]:
+    spec = info.adaptive
+    if spec is None:
+        return {}
+    return {
+        "adaptive": {
+            "floor": spec.floor,
+            "ceiling": spec.ceiling,
+            "start": spec.start,
+            "burst": spec.burst,
+            "overload": list(spec.overload),
+            "latency_target": spec.latency_target,
+        }
+    }
+
+
+def _learnt_json(partition: PartitionInfo) -> dict[str, Any]:
+    state = partition.adaptive
+    if state is None:
+        return {}
+    return {
+        "adaptive": {
+            "rate": state.rate,
+            "reason": state.reason,
+            "changed_at": state.changed_at,
+            "changes": state.changes,
+        }
+    }
+
+
 def _json(info: LimitInfo) -> dict[str, Any]:
     return {
+        **_adaptive_json(info),
         "name": info.name,
         "rates": [str(rate) for rate in info.rates],
         "declared": [str(rate) for rate in info.declared],
@@ -80,6 +129,7 @@ def _json(info: LimitInfo) -> dict[str, Any]:
             {
                 "key": partition.key,
                 **_state_json(partition.state),
+                **_learnt_json(partition),
                 "rates": [
                     {"rate": str(rate), **_state_json(state)}
                     for rate, state in zip(info.rates, partition.states)
@@ -152,9 +202,14 @@ def set_(ctx: click.Context, name: str, rate: tuple[str, ...]) -> None:
 @redis_errors
 @_refused
 def reset(ctx: click.Context, name: str) -> None:
-    """Give the limit NAME its declared rates back (a pause stays: `limit resume`)."""
+    """Give the limit NAME its declared rates back (a pause stays: `limit resume`);
+    an adaptive limit starts again from its start rate."""
     had = reset_limit(cli_of(ctx).app, name)
     info = _info(ctx, name)
+    if info.adaptive is not None:
+        learnt = "forgot what it had learnt" if had else "had learnt nothing yet"
+        cli_of(ctx).echo(f"Adaptive limit {name} {learnt}: it starts again from {info.adaptive.start:g}/s")
+        return
     said = (
         f"Limit {name} is back to its declared rates ({_rates(info.rates)})"
         if had

@@ -17,6 +17,7 @@ from typing import Any
 from celery import Celery
 
 from ..config.limits import NamedLimit, unknown_limit
+from ..engine.adaptive_rates import AdaptiveRate, AdaptiveState, adaptive_key, adaptive_state
 from ..engine.rate_decisions import (
     PartitionChange,
     RateState,
@@ -54,6 +55,9 @@ class PartitionInfo:
 
     key: str
     states: tuple[RateState, ...]
+    #: An adaptive limit's partition: its rate now, the reason of its last change (None: no
+    #: call has reported yet, it decides by the start).
+    adaptive: AdaptiveState | None = None
 
     @property
     def state(self) -> RateState:
@@ -75,6 +79,8 @@ class LimitInfo:
     partitions: tuple[PartitionInfo, ...]
     #: The partitions in Redis, those ``partitions`` leaves out included (``show_limits``' page).
     found: int = 0
+    #: An adaptive limit's bounds and rule (its partitions' ``adaptive`` say their rates now).
+    adaptive: AdaptiveRate | None = None
 
 
 @dataclass(frozen=True)
@@ -120,7 +126,15 @@ def set_limit(app: Celery, name: str, rate: Any) -> tuple[Rate, ...]:
     changed then). A call costing more than the new rates admit at once waits, never fails, until
     the limit admits it."""
     runtime = runtime_for(app)
-    _known(runtime, name, f"set_limit({name!r})")
+    known = _known(runtime, name, f"set_limit({name!r})")
+    if known.adaptive is not None:
+        bounds = known.adaptive
+        raise OptionError(
+            "name",
+            f"set_limit({name!r})",
+            f"names an adaptive limit (from {bounds.floor:g}/s to {bounds.ceiling:g}/s): the package "
+            "chooses its rate; change its floor and ceiling where it is declared, or reset it to its start",
+        )
     rates = set_runtime_rates(runtime.scripts.client, overrides_of(runtime.settings.key_prefix), name, rate)
     _change(runtime, name, "")
     return rates
@@ -128,9 +142,15 @@ def set_limit(app: Celery, name: str, rate: Any) -> tuple[Rate, ...]:
 
 def reset_limit(app: Celery, name: str) -> bool:
     """Back to the declared rates of ``name``; True when a runtime rate was set. A pause stays
-    (``resume_limit`` lifts it)."""
+    (``resume_limit`` lifts it). An adaptive limit's partitions forget what they learnt and
+    start again from its start rate (True when one had learnt something)."""
     runtime = runtime_for(app)
-    _known(runtime, name, f"reset_limit({name!r})")
+    known = _known(runtime, name, f"reset_limit({name!r})")
+    if known.adaptive is not None:
+        keys = sorted({named_log(runtime.settings.key_prefix, name), *partition_keys(runtime, name)})
+        forgot = bool(runtime.scripts.client.delete(*(adaptive_key(key) for key in keys)))
+        _change(runtime, name, "")
+        return forgot
     had = clear_runtime_rates(runtime.scripts.client, overrides_of(runtime.settings.key_prefix), name)
     _change(runtime, name, "")
     return had
@@ -173,16 +193,32 @@ def show_limits(app: Celery, first: int = 0, most: int | None = None) -> list[Li
         rates = overrides.get(name) or limit.rates
         keys = partition_keys(runtime, name)
         shown = keys[first:] if most is None else keys[first : first + most]
-        asked += [(key, rate, place) for key in shown for place, rate in enumerate(rates, 1)]
-        listed.append((name, limit, rates, shown, len(keys)))
+        own: list[tuple[tuple[Rate, ...], AdaptiveState | None]] = []
+        for key in shown:
+            # An adaptive partition decides by its own rate (one read each: a page of them).
+            state = None if limit.adaptive is None else adaptive_state(client, key)
+            own.append((rates if state is None else (_adaptive_rate(state, limit.adaptive),), state))
+            asked += [(key, rate, place) for place, rate in enumerate(own[-1][0], 1)]
+        listed.append((name, limit, rates, shown, own, len(keys)))
     states = iter(rate_states(runtime.scripts, asked))
     infos = []
-    for name, limit, rates, shown, found in listed:
+    for name, limit, rates, shown, own, found in listed:
         partitions = []
-        for key in shown:
-            read = [next(states) for _ in rates]
+        for key, (by, learnt) in zip(shown, own):
+            read = [next(states) for _ in by]
             if all(state is not None for state in read):  # else its key holds something else
-                partitions.append(PartitionInfo(key, tuple(state for state in read if state is not None)))
-        overridden = name in overrides
-        infos.append(LimitInfo(name, rates, limit.rates, limit.source, overridden, tuple(partitions), found))
+                partitions.append(
+                    PartitionInfo(key, tuple(state for state in read if state is not None), learnt)
+                )
+        overridden = name in overrides and limit.adaptive is None
+        infos.append(
+            LimitInfo(
+                name, rates, limit.rates, limit.source, overridden, tuple(partitions), found, limit.adaptive
+            )
+        )
     return infos
+
+
+def _adaptive_rate(state: AdaptiveState, spec: AdaptiveRate | None) -> Rate:
+    """The rate an adaptive partition decides by now, as its wire form holds it."""
+    return Rate(max(1, round(state.rate * 3600)), 3600, spec.burst if spec is not None else 1)

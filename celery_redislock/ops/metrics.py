@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client.core import (
     CollectorRegistry,
@@ -82,8 +83,13 @@ class LockCollector(Collector):
         )
 
 
-def lock_registry(source: Counters = counters) -> CollectorRegistry:
-    """A registry of the lock metrics alone: what the worker's endpoint serves."""
+def lock_registry(source: Counters = counters, app: Any = None) -> CollectorRegistry:
+    """A registry of the lock metrics alone: what the worker's endpoint serves; with ``app``,
+    the gauges of its adaptive limits too (``adaptive_metrics``)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(LockCollector(source))
+    if app is not None:
+        from .adaptive_metrics import AdaptiveCollector
+
+        registry.register(AdaptiveCollector(app))
     return registry

@@ -45,7 +45,7 @@ class MetricsServer(bootsteps.StartStopStep):
 
     def start(self, parent: Any) -> None:
         if self.settings is not None:
-            self.server = serve(self.settings)
+            self.server = serve(self.settings, parent.app)
 
     def stop(self, parent: Any) -> None:
         server, self.server = self.server, None
@@ -56,13 +56,14 @@ class MetricsServer(bootsteps.StartStopStep):
     shutdown = stop
 
 
-def serve(settings: MetricsSettings) -> Any:
-    """Serve ``/metrics`` on ``settings``' address in a thread; the server (``shutdown()``)."""
+def serve(settings: MetricsSettings, app: Any = None) -> Any:
+    """Serve ``/metrics`` on ``settings``' address in a thread; the server (``shutdown()``).
+    ``app``: its adaptive limits' gauges are served too."""
     from prometheus_client import start_http_server
 
     from .metrics import lock_registry
 
-    server, thread = start_http_server(settings.port, settings.host, registry=lock_registry())
+    server, thread = start_http_server(settings.port, settings.host, registry=lock_registry(app=app))
     thread.name = "redislock-metrics"
     logger.info("Serving lock metrics on http://%s:%d/metrics", settings.host, settings.port)
     return server

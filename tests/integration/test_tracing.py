@@ -110,3 +110,26 @@ def test_nothing_of_opentelemetry_is_imported_without_the_extra() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_change_of_an_adaptive_limit_is_a_span_event_with_its_rates_and_reason() -> None:
+    # Seen red before the change told the span (no event).
+    from celery_redislock.engine.adaptive_rates import RateChange
+    from celery_redislock.engine.rate_decisions import Limit
+    from celery_redislock.gates.rate_reports import changed
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with provider.get_tracer(__name__).start_as_current_span("run/app.call"):
+        changed("app.call", Limit("{redislock:limits}:partner", (), "partner"), RateChange(10.0, 8.0, "429"))
+    [span] = exporter.get_finished_spans()
+    [event] = span.events
+    assert event.name == "redislock.rate_adapted"
+    assert dict(event.attributes or {}) == {
+        "redislock.key": "{redislock:limits}:partner",
+        "redislock.holder": "partner",
+        "redislock.outcome": "429",
+        "redislock.old_rate": 10.0,
+        "redislock.new_rate": 8.0,
+    }

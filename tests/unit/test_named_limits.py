@@ -114,3 +114,42 @@ def test_a_mixing_task_s_partition_shares_the_named_limits_slot_whatever_the_pre
     ]
     assert len({key_slot(key.encode()) for key in keys}) == 1
     assert not mixed_rate_key(prefix, partition).startswith(named_log(prefix, "rate"))
+
+
+def test_an_adaptive_limit_reads_its_bounds_in_calls_a_second_or_rates() -> None:
+    limit = read_limits(
+        {"partner": {"floor": "60/m", "ceiling": 50, "start": 5, "overload": [TimeoutError]}}
+    )["partner"]
+    assert limit.adaptive is not None
+    assert (limit.adaptive.floor, limit.adaptive.ceiling, limit.adaptive.start) == (1.0, 50.0, 5.0)
+    assert limit.rates == (Rate(18000, 3600, 1),)  # the start, one call every 1/5 s
+    assert limit.adaptive.is_overload(TimeoutError()) == "builtins.TimeoutError"
+    assert limit.adaptive.is_overload(ValueError()) == ""
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ({"floor": 10, "ceiling": 5}, "a floor (10/s) above its ceiling (5/s)"),
+        ({"floor": 1, "ceiling": 5, "start": 9}, "a start (9/s) outside its floor and ceiling"),
+        ({"floor": -1, "ceiling": 5}, "a wrong 'floor': floor must be calls a second from 1/3600"),
+        ({"floor": 1}, "no 'ceiling'"),
+        ({"flor": 1, "ceiling": 5}, "an unknown key 'flor' (did you mean 'floor'?)"),
+        ({"floor": 1, "ceiling": 5, "burst": 0}, "a wrong 'burst': burst must be an int >= 1, got 0"),
+        ({"floor": 1, "ceiling": 5, "latency_target": -2}, "a wrong 'latency_target'"),
+        (
+            {"floor": 1, "ceiling": 5, "overload": [3]},
+            "a wrong 'overload': overload must be exception classes",
+        ),
+    ],
+)
+def test_a_wrong_adaptive_limit_names_the_limit_and_what_is_wrong(value: Any, says: str) -> None:
+    # Checked at declaration: nothing is declared, nothing reaches Redis.
+    with pytest.raises(OptionError) as raised:
+        read_limits({"partner": value})
+    assert "redislock_limits" in str(raised.value) and "adaptive limit 'partner'" in str(raised.value)
+    assert says in str(raised.value)
+    app = Celery(set_as_current=False)
+    with pytest.raises(OptionError):
+        declare_limit(app, "partner", value)
+    assert declared_limits(app) == {}

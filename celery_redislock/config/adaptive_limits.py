@@ -1,0 +1,76 @@
+"""An adaptive named limit's declaration (``{"floor": 1, "ceiling": 50, "start": 5, ...}`` in
+``redislock_limits`` or ``declare_limit``), read and checked: an ``OptionError`` names the
+setting, the limit and the key that is wrong, and nothing is declared."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from ..engine.adaptive_rates import AdaptiveRate, per_second
+from ..engine.checks import BadValue, check_count, got, positive_seconds
+from ..errors import OptionError, short_repr
+
+__all__ = ["ADAPTIVE_KEYS", "read_adaptive"]
+
+#: The keys of an adaptive declaration, and what each is.
+ADAPTIVE_KEYS: Mapping[str, str] = {
+    "floor": "the slowest rate (calls a second, or 'N/s|m|h')",
+    "ceiling": "the fastest rate (calls a second, or 'N/s|m|h')",
+    "start": "the rate before any call has reported (default: the floor)",
+    "burst": "calls at most at once (an int >= 1, default 1)",
+    "overload": "exceptions that report an overload: classes, or names ('TimeoutError', 'httpx.ReadTimeout')",
+    "latency_target": "seconds above which a success reports a slow call (default: none)",
+}
+
+
+def _overload(value: Any) -> tuple[str, ...]:
+    items = [value] if isinstance(value, (str, type)) else value
+    if not isinstance(items, (list, tuple)):
+        raise BadValue(f"must be exception classes or their names, {got(value, wrong_type=True)}")
+    names = []
+    for item in items:
+        if isinstance(item, type) and issubclass(item, BaseException):
+            names.append(f"{item.__module__}.{item.__qualname__}")
+        elif isinstance(item, str) and item:
+            names.append(item)
+        else:
+            raise BadValue(f"must be exception classes or their names, got {short_repr(item)} in it")
+    return tuple(names)
+
+
+def read_adaptive(name: str, value: Mapping[Any, Any], option: str, source: str) -> AdaptiveRate:
+    """The adaptive declaration ``value`` of limit ``name``; an ``OptionError`` (``option``,
+    from ``source``) naming the limit and what is wrong in it."""
+
+    def wrong(problem: str) -> OptionError:
+        return OptionError(option, source, f"gives adaptive limit {name!r} {problem}")
+
+    unknown = [key for key in value if key not in ADAPTIVE_KEYS]
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), list(ADAPTIVE_KEYS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise wrong(f"an unknown key {unknown[0]!r}{hint}; its keys: {', '.join(ADAPTIVE_KEYS)}")
+    for key in ("floor", "ceiling"):
+        if key not in value:
+            raise wrong(f"no {key!r}: {ADAPTIVE_KEYS[key]}")
+
+    def checked(key: str, check: Any, default: Any = None) -> Any:
+        try:
+            return check(value.get(key, default))
+        except BadValue as bad:
+            text = str(bad)
+            raise wrong(f"a wrong {key!r}: {text if text.startswith(key) else f'{key} {text}'}") from None
+
+    floor = checked("floor", lambda given: per_second(given, "floor"))
+    ceiling = checked("ceiling", lambda given: per_second(given, "ceiling"))
+    start = checked("start", lambda given: per_second(given, "start"), value["floor"])
+    burst = checked("burst", check_count, 1)
+    overload = checked("overload", _overload, ())
+    latency = checked("latency_target", lambda given: None if given is None else positive_seconds(given))
+    if floor > ceiling:
+        raise wrong(f"a floor ({floor:g}/s) above its ceiling ({ceiling:g}/s)")
+    if not floor <= start <= ceiling:
+        raise wrong(f"a start ({start:g}/s) outside its floor and ceiling ({floor:g}/s to {ceiling:g}/s)")
+    return AdaptiveRate(floor, ceiling, start, burst, overload, latency)
