@@ -130,6 +130,11 @@ class SingletonTask(_TaskBase):
         if outcome is not None:  # else unlocked: the mode says so (unique while queued only), or Redis
             fields[HELD_FIELD] = outcome
             fields[INFO_FIELD] = outcome.info
+        if not plan.gates:  # a lock alone: nothing to tell how the body ended, nothing timed
+            try:
+                return self.run(*args, **kwargs)
+            finally:
+                self._release_held(request=request)
         started = time.monotonic()
         try:
             result = self.run(*args, **kwargs)
@@ -149,11 +154,16 @@ class SingletonTask(_TaskBase):
             self._release_held(request=request)
 
     def _report(self, plan: Plan, runtime: Runtime, error: BaseException | None, started: float) -> None:
-        """Tell the plan's gates how the body ended (an adaptive limit learns from it)."""
+        """Tell the plan's gates how the body ended (an adaptive limit learns from it). A report
+        that fails (a ``rate_cost`` that raises) is logged: it never changes the call's outcome."""
         for gate in plan.gates:
             handle = getattr(gate, "on_outcome", None)
-            if handle is not None:
+            if handle is None:
+                continue
+            try:
                 handle(self, runtime, plan.options, error, time.monotonic() - started)
+            except Exception as exc:
+                logger.warning("Could not report how %s[%s] ended: %r", self.name, self.request.id, exc)
 
     def _decide(self, request: Any, runtime: Runtime, plan: Plan, key: str) -> Holding | None:
         """The lock this call runs under, or None: it runs unlocked (``lock=False``, the mode says

@@ -7,6 +7,7 @@ figures (``benchmarks.adaptive_limit``)."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -259,3 +260,30 @@ def test_limit_show_the_page_and_the_gauge_say_the_rate_its_bounds_and_last_reas
     assert reset_limit(app, "partner") is True
     assert adaptive_state(locks, log) is None
     assert "Adaptive limit partner had learnt nothing yet" in run("reset", "partner").output
+
+
+def test_a_report_that_fails_never_changes_the_calls_outcome(
+    make_app: Callable[..., Celery], worker: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The report reads the call's cost again: one that raises then (its first reading, at the
+    # decision, went well) is logged. Seen red before: the call that had run ended FAILURE.
+    app = make_app(redislock_limits={"api": {"floor": 1, "ceiling": 100, "start": 50}})
+    readings: list[int] = []
+
+    def cost(task: Any, args: Any, kwargs: Any) -> int:
+        readings.append(1)
+        if len(readings) > 1:
+            raise LookupError("the cost's source is gone")
+        return 1
+
+    from celery_redislock import SingletonTask
+
+    @app.task(base=SingletonTask, shared=False, name="adaptive.reported", rate_limits=["api"], rate_cost=cost)
+    def reported() -> str:
+        return "done"
+
+    caplog.set_level(logging.WARNING, logger="celery_redislock")
+    with worker(app, pool="solo"):
+        assert reported.delay().get(timeout=30) == "done"
+    assert len(readings) >= 2, readings
+    assert any("Could not report how adaptive.reported" in record.getMessage() for record in caplog.records)
