@@ -54,11 +54,13 @@ _Held = list[tuple[HoldKey, float | None]]
 
 
 class _Seen:
-    """The holds one process read for one app, by task name, and when to read them again."""
+    """The holds one process read for one app (its ``runtime``, weakly), by task name, and when
+    to read them again."""
 
-    __slots__ = ("by_task", "until")
+    __slots__ = ("by_task", "runtime", "until")
 
-    def __init__(self, by_task: dict[str, _Held], until: float) -> None:
+    def __init__(self, runtime: Runtime, by_task: dict[str, _Held], until: float) -> None:
+        self.runtime = weakref.ref(runtime)
         self.by_task = by_task
         self.until = until
 
@@ -75,6 +77,9 @@ class HoldGate:
 
     def __init__(self) -> None:
         self._seen: weakref.WeakKeyDictionary[Runtime, _Seen] = weakref.WeakKeyDictionary()
+        # The app's last asked: a worker has one, and a weak dictionary's lookup makes a weak
+        # reference of its key every call.
+        self._last: _Seen | None = None
         # (task, argument) -> what reads that argument of a call (None: the body has no such one).
         self._readers: dict[tuple[str, str], KeyBuilder | None] = {}
         self._mutex = threading.Lock()
@@ -92,7 +97,14 @@ class HoldGate:
 
     def admit(self, task: AnyTask, execution: Execution) -> None:
         """Let the call go on, or put it off while a hold meets it (raises ``Ignore``)."""
-        held = self._holds(execution.runtime).get(task.name)
+        # On every call's path: no hold read lately is a check of what was read, in this frame.
+        seen = self._last
+        if seen is not None and seen.runtime() is execution.runtime and time.monotonic() < seen.until:
+            if not seen.by_task:
+                return
+            held = seen.by_task.get(task.name)
+        else:
+            held = self._holds(execution.runtime).get(task.name)
         if not held:
             return
         request = task.request
@@ -109,6 +121,7 @@ class HoldGate:
         now = time.monotonic()
         seen = self._seen.get(runtime)
         if seen is not None and now < seen.until:
+            self._last = seen
             return seen.by_task
         by_task: dict[str, _Held] = {}
         try:
@@ -119,7 +132,7 @@ class HoldGate:
             count("redis_errors")
             logger.warning("Could not read the holds (keeping those read before): %r", exc)
             by_task = {} if seen is None else seen.by_task
-        self._seen[runtime] = _Seen(by_task, now + REFRESH)
+        self._seen[runtime] = self._last = _Seen(runtime, by_task, now + REFRESH)
         return by_task
 
     def _matches(self, task: AnyTask, key: HoldKey, request: Any) -> bool:

@@ -17,8 +17,11 @@ from click.testing import CliRunner
 from celery_redislock.contrib.testing import WorkerProcess, poll
 from celery_redislock.engine.keys import holds_key
 from celery_redislock.ops.hold_cli import hold as hold_command
+from celery_redislock.ops.holds import show_holds
+from celery_redislock.ops.web import create_app
 
 from .mode_harness import Deployment, ModeTask, node
+from .test_web import csrf_of
 
 BODY = """
 coord.rpush("ran:" + tenant, f"{n} {self.request.id}")
@@ -165,3 +168,42 @@ def test_bad_input_is_refused_and_changes_nothing(make_app: Callable[..., Celery
     assert after.startswith("holds.refused tenant=acme  for ") and after.count("\n") == 1, after
     assert run("lift", "holds.refused", "--key", "tenant").exit_code != 0
     assert len(run("show", "--json").output.split('"task"')) == 2  # still the one hold
+
+
+def test_the_page_holds_and_lifts_with_allow_holds_only(deployment: Deployment, coord: redis.Redis) -> None:
+    task = held_task("holds.page")
+    proc, app, send = start(deployment, task, "page")
+    secret = b"one secret for both pages"
+    read_only = create_app(app, poll_interval=3600, secret_key=secret).test_client()
+    page = create_app(app, allow_holds=True, poll_interval=3600, secret_key=secret).test_client()
+    token = csrf_of(page.get("/").get_data(as_text=True))
+    cookie = page.get_cookie("redislock_web")
+    assert cookie is not None
+    read_only.set_cookie(
+        "redislock_web", cookie.value
+    )  # its session's token: refused for want of --allow-holds
+    form = {"task": "holds.page", "key": "tenant=acme", "csrf_token": token}
+    refused = read_only.post("/hold", data=form)
+    assert refused.status_code == 403 and "--allow-holds" in refused.get_data(as_text=True)
+    assert page.post("/hold", data={**form, "csrf_token": "forged"}).status_code == 403
+    refused = page.post("/hold", data={**form, "key": "region=eu"}, follow_redirects=True)
+    assert (
+        "Not held: hold_calls(&#39;holds.page&#39;): option &#39;key&#39; names argument"
+        in refused.get_data(as_text=True)
+    )
+    assert show_holds(app) == []  # nothing changed
+
+    shown = page.post("/hold", data=form, follow_redirects=True).get_data(as_text=True)
+    assert "Held holds.page tenant=acme until lifted" in shown
+    assert "<td>holds.page</td><td><code>tenant=acme</code></td>" in shown
+    acme, other = send.delay("acme", 1), send.delay("globex", 2)
+    assert other.get(timeout=30) == 2
+    assert poll(lambda: held(proc, [acme]) == {acme.id}, 30), proc.log()
+    assert acme.state == "PENDING"
+
+    lift = {"task": "holds.page", "key": ["tenant=acme"], "csrf_token": token}
+    assert "--allow-holds" in read_only.post("/lift", data=lift).get_data(as_text=True)
+    lifted = page.post("/lift", data=lift, follow_redirects=True).get_data(as_text=True)
+    assert "Lifted the hold of holds.page tenant=acme" in lifted and 'id="no-holds"' in lifted
+    assert acme.get(timeout=30) == 1
+    assert ran(coord, "acme") == [1]
