@@ -8,8 +8,8 @@ is ``ops.holds``'s."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .keys import holds_key
 from .script_runner import ScriptRunner, package_script
@@ -60,8 +60,8 @@ def _left(ms: int) -> float | None:
     return None if ms == _UNTIL_LIFTED else to_seconds(ms)
 
 
-def _was(task: str, key: HoldKey, reply: object) -> Hold | None:
-    ms = int(reply)  # type: ignore[call-overload]
+def _was(task: str, key: HoldKey, reply: Any) -> Hold | None:
+    ms = int(reply)
     return None if ms == _NONE else Hold(task, key, _left(ms))
 
 
@@ -83,10 +83,10 @@ def lift_hold(scripts: ScriptRunner, prefix: str, task: str, key: HoldKey) -> Ho
 
 def read_holds(scripts: ScriptRunner, prefix: str) -> list[Hold]:
     """The holds in force, by task then key (those over are deleted as they are met)."""
-    reply: Sequence[object] = scripts.run(HOLDS, [holds_key(prefix)], ["read"])
+    reply: list[Any] = scripts.run(HOLDS, [holds_key(prefix)], ["read"])
     holds = []
     for index in range(0, len(reply), 2):
-        parsed = _parse_id(reply[index])  # type: ignore[arg-type]
+        parsed = _parse_id(reply[index])
         if parsed is not None:
-            holds.append(Hold(parsed[0], parsed[1], _left(int(reply[index + 1]))))  # type: ignore[call-overload]
+            holds.append(Hold(parsed[0], parsed[1], _left(int(reply[index + 1]))))
     return sorted(holds, key=lambda hold: (hold.task, hold.key))
