@@ -46,7 +46,6 @@ REPORTED = (
     "fair_capped",
     "fair_due",
     "fair_healed",
-    "held",
     "rate_adapted",
 )
 
