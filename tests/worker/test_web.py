@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -464,6 +465,10 @@ def test_the_fair_share_section_lists_the_waiting_tenants_as_text_and_is_left_ou
     app: Celery, pages: Callable[..., FlaskClient]
 ) -> None:
     # Calls sent and not started (no worker): their tenants wait, as `fair show` lists them.
+    # Keys of its own: lanes other tests left counted (a queue whose lanes still hold calls is
+    # listed, fair task or not) are not this page's.
+    app.conf.redislock_key_prefix = f"web-fair-{uuid.uuid4().hex[:8]}"
+    assert runtime_for(app).settings.key_prefix.startswith("web-fair-")
     assert "Fair share" not in text(pages().get("/"))  # no fair task: no section
 
     @app.task(base=SingletonTask, shared=False, name="web.fair", fair_key=["tenant"], fair_lanes=4)
