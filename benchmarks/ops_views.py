@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> list[tuple[str, int, int, float, int]]:
         app.conf.redislock_url = f"redis://127.0.0.1:{server.port}/2"
         app.conf.redislock_limits = {LIMIT: RATE}
 
-        @app.task(base=SingletonTask, name="bench.fair", fair_key=["tenant"], fair_cap=2)
+        @app.task(base=SingletonTask, shared=False, name="bench.fair", fair_key=["tenant"], fair_cap=2)
         def fair(tenant: str) -> None:
             pass
 
