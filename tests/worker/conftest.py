@@ -136,6 +136,19 @@ def wait_started(
     return [(int(pid), task_id) for pid, task_id in entries]
 
 
+def outcome(result: Any, proc: WorkerProcess, timeout: float = 30.0) -> Any:
+    """``result.get(timeout)``; on a timeout, a failure that carries the call's state and the
+    worker's log tail (a loaded CI run's only clue to where the call went)."""
+    from celery.exceptions import TimeoutError as ResultTimeout
+
+    try:
+        return result.get(timeout=timeout)
+    except ResultTimeout:
+        pytest.fail(
+            f"{result.id} was not ready within {timeout}s ({result.state}); worker log:\n{proc.log()[-4000:]}"
+        )
+
+
 def skip_duplicates(client: Celery, task: str, tag: str, count: int) -> None:
     """Send ``count`` calls of ``task(tag)`` while ``tag``'s holder runs: each is skipped (by
     another child of a prefork worker, the holder's being busy)."""

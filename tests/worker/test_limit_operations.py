@@ -89,7 +89,8 @@ def test_a_limit_set_below_a_calls_cost_delays_the_calls_waiting_and_fails_none(
         lines = [line for line in proc.log().splitlines() if "the runtime rate of limit 'tokens'" in line]
         return {result.id for result in results if any(result.id in line for line in lines)}
 
-    assert poll(lambda: len(told_to_wait()) == 10, 30), [result.state for result in results]
+    told = poll(lambda: len(told_to_wait()) == 10, 60)
+    assert told, f"{len(told_to_wait())} of 10 told; {[r.state for r in results]}:\n{proc.log()[-4000:]}"
     assert [result.state for result in results] == ["PENDING"] * 10  # none failed, none ran
     assert changed.output.startswith("Limit tokens is 2/s (runtime override) until reset; it stays paused")
     assert "A call costing more than 2 unit(s) of tokens waits, and is not failed" in changed.output

@@ -21,6 +21,7 @@ from .conftest import (
     WorkerProcess,
     lock_keys,
     open_gate,
+    outcome,
     poll,
     registration_error,
     stats_of,
@@ -153,9 +154,9 @@ def test_lock_on_enqueue_refuses_at_send_with_the_run_s_result(
     task = sender(make_app(), 4, lock_on="enqueue")
     first = task.delay("d")
     assert {r.id for r in burst(task, "d")} == {first.id}  # queued: refused at send
-    start(worker_process, urls, window=4, lock_on="enqueue")
+    proc = start(worker_process, urls, window=4, lock_on="enqueue")
     open_gate(coord, "d", times=1)
-    assert first.get(timeout=15) == "done d"
+    assert outcome(first, proc) == "done d"
     # The window: still refused at send, answered with the run that opened it.
     assert task.delay("d").id == first.id
     [key] = lock_keys(locks)
@@ -164,7 +165,7 @@ def test_lock_on_enqueue_refuses_at_send_with_the_run_s_result(
     open_gate(coord, "d", times=1)
     second = task.delay("d")
     assert second.id != first.id
-    assert second.get(timeout=15) == "done d"
+    assert outcome(second, proc) == "done d"
 
 
 @pytest.mark.parametrize(
