@@ -105,13 +105,20 @@ class RateDecision:
     paused); ``"full"`` (nothing reserved); ``"started"`` (this attempt of the caller started
     already in the window); ``"held"`` (another copy of the caller holds its reservation);
     ``"over"`` (its cost is more than the runtime rates of the limit labelled ``limit`` admit at
-    once: it holds no slot and asks again in ``wait`` seconds, until the limit admits it)."""
+    once: it holds no slot and asks again in ``wait`` seconds, until the limit admits it).
+    ``now_ms``: the server's time of the decision, in ms (0: not known)."""
 
     allowed: bool
     wait: float = 0.0
     reserved: bool = False
     status: str = ""
     limit: str = ""
+    now_ms: int = 0
+
+    @property
+    def due_ms(self) -> int:
+        """When the wait ends, in server milliseconds."""
+        return self.now_ms + to_ms(self.wait, minimum=0)
 
     def __bool__(self) -> bool:
         return self.allowed
@@ -221,10 +228,10 @@ def decide_limits(
     reply: Any = scripts.run(RATE_LIMIT, _limit_keys(limits), args)
     status = int(reply[0])
     name = _STATUSES[status]
-    wait = to_seconds(int(reply[1]))
+    wait, now = to_seconds(int(reply[1])), int(reply[2])
     if status == _OVER:
-        return RateDecision(False, wait, False, name, limits[int(reply[2]) - 1].label)
-    return RateDecision(name == "granted", wait, name in ("reserved", "kept"), name)
+        return RateDecision(False, wait, False, name, limits[int(reply[3]) - 1].label, now)
+    return RateDecision(name == "granted", wait, name in ("reserved", "kept"), name, now_ms=now)
 
 
 def cancel_limits(

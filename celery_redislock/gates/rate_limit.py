@@ -50,6 +50,7 @@ from ..integration.outcomes import finished, redelivered
 from ..integration.revoked_waiting import waiting_revoked
 from ..integration.runtime import Runtime, runtime_for
 from ..waits.broker_delay import shortest_broker_wait
+from ..waits.due import started
 from .rate_calls import (
     HOP_HEADER,
     LIMITS_HEADER,
@@ -202,6 +203,7 @@ class RateLimitGate:
                 source=calls.source,
             )
             if decision.allowed:
+                started(task, decision.now_ms)  # a postponed call: how late after its slot
                 return
             if decision.status == "started":
                 if finished(task):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, NoReturn
 from celery.exceptions import Ignore
 
 from ..engine.counting import count
+from ..engine.lateness import add_lateness_kind
 from ..engine.leases import REDIS_ERRORS
 from ..engine.rate_decisions import RateDecision, cancel_limits
 from ..engine.rate_limiter import confirm_hop
@@ -18,6 +19,7 @@ from ..integration.acquisition import Execution
 from ..integration.runtime import Runtime
 from ..integration.sending import expiry_ttl_ms
 from ..integration.tracing import lock_event
+from ..waits.due import due_headers
 from ..waits.put_off import put_off
 from .rate_calls import CallLimits, message_headers
 from .rate_signals import send_rate_limited
@@ -28,6 +30,9 @@ if TYPE_CHECKING:
 __all__ = ["COME_BACK_EARLY", "drop_copy", "postpone"]
 
 logger = logging.getLogger(__name__)
+
+# A call put off for its slot is due then: how late it starts is measured (waits.due).
+add_lateness_kind("rate_limit")
 
 #: Seconds before its slot a re-published call is due: it waits out the rest in the worker and
 #: starts on time, where coming back late would delay every later slot of its chain.
@@ -96,14 +101,12 @@ def postpone(
             "Re-queued rate-limited %s[%s] again: its slot in %s is in %.3fs", task.name, task_id, key, wait
         )
     # No copy token: its copies are told apart by its hop tokens, decided with its slot (or its
-    # wait over a runtime rate) in rate_limit.lua.
-    put_off(
-        task,
-        runtime,
-        wait - COME_BACK_EARLY,
-        precise=True,
-        headers=message_headers(calls, hop, request),
-    )
+    # wait over a runtime rate) in rate_limit.lua. A slot is a time it is due at; a wait over a
+    # runtime rate is only when it asks again.
+    headers = message_headers(calls, hop, request)
+    if decision.status != "over":
+        headers.update(due_headers("rate_limit", decision.due_ms))
+    put_off(task, runtime, wait - COME_BACK_EARLY, precise=True, headers=headers)
     try:
         confirm_hop(scripts, key, task_id, hop)
     except REDIS_ERRORS as exc:

@@ -29,6 +29,7 @@ from ..engine.checks import number_text, optional_seconds
 from ..engine.counting import count
 from ..engine.holders import tagged_id, task_id_of
 from ..engine.keys import slot_key
+from ..engine.lateness import add_lateness_kind
 from ..engine.leases import REDIS_ERRORS, as_text
 from ..engine.script_runner import ScriptRunner, package_script
 from ..engine.scripts import ttl_arg
@@ -41,6 +42,7 @@ from ..integration.plain import PlainMode
 from ..integration.sending import keyed_headers, seconds_until, unreachable_at_send
 from ..integration.signals import send_duplicate
 from ..waits.broker_delay import countdown_for
+from ..waits.due import due_headers, started
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
@@ -52,10 +54,15 @@ __all__ = [
     "debounce_call",
     "debounce_keys",
     "debounce_run",
+    "debounce_schedule",
+    "debounce_turn",
     "debounced_id",
 ]
 
 logger = logging.getLogger(__name__)
+
+# A burst's last call is due when its debounce ends: how late it starts is measured (waits.due).
+add_lateness_kind("debounce")
 
 DEBOUNCE_CALL = package_script(__package__, "debounce_call.lua")
 DEBOUNCE_RUN = package_script(__package__, "debounce_run.lua")
@@ -146,22 +153,29 @@ class DebounceMode(PlainMode):
         ttl_ms = queued_ms + max(debounce_ms, to_ms(asked, minimum=0))
         burst_ms = queued_ms + most_ms
         try:
-            delay_ms = debounce_call(runtime.scripts, key, task_id, debounce_ms, most_ms, ttl_ms, burst_ms)
+            delay_ms, now_ms = debounce_schedule(
+                runtime.scripts, key, task_id, debounce_ms, most_ms, ttl_ms, burst_ms
+            )
         except REDIS_ERRORS as exc:
             # Not recorded: it is sent with the full delay and runs when due (a burst then runs
             # more than once, which is better than losing its last call).
             unreachable_at_send(logger, call, task_id, key, exc, "undebounced")
-            delay_ms = debounce_ms
+            delay_ms, now_ms = debounce_ms, 0
         # A countdown or eta the caller gave delays it further, never less; whole seconds where
         # the broker carries no less (RabbitMQ's native delayed delivery).
-        countdown = countdown_for(task.app, max(asked, to_seconds(delay_ms)), math.inf)
+        wait_ms = max(to_ms(asked, minimum=0), delay_ms)
+        if now_ms:  # due then on the server's clock: how late it starts is measured (waits.due)
+            headers = {**headers, **due_headers("debounce", now_ms + wait_ms)}
+        countdown = countdown_for(task.app, to_seconds(wait_ms), math.inf)
         return call.publish(call.args, call.kwargs, task_id, headers=headers, countdown=countdown, **options)
 
     def before_acquire(self, task: AnyTask, execution: Execution) -> None:
         """A debounced call is due: it goes on if it is its burst's latest call, else ends as a
         skipped duplicate naming the call that superseded it. Raises ``redis.RedisError``."""
         super().before_acquire(task, execution)
-        latest = debounce_run(execution.runtime.scripts, execution.key, execution.task_id)
+        latest, now_ms = debounce_turn(execution.runtime.scripts, execution.key, execution.task_id)
+        if latest is True:
+            started(task, now_ms)  # the burst's latest: how late after the debounce's end
         if latest is False:
             # Nothing recorded: maybe a copy the broker gave out again after its burst's keys
             # were deleted, whose first delivery was decided (superseded, or run).
@@ -239,15 +253,34 @@ def debounce_call(
 ) -> int:
     """Record ``task_id`` as the latest call of ``key``'s burst; the delay (ms) to send it with.
     ``ttl_ms``: how long the call may take to come due; ``burst_ttl_ms``: the burst's run to start."""
+    return debounce_schedule(scripts, key, task_id, delay_ms, max_ms, ttl_ms, burst_ttl_ms)[0]
+
+
+def debounce_schedule(
+    scripts: ScriptRunner,
+    key: str,
+    task_id: str,
+    delay_ms: int,
+    max_ms: int,
+    ttl_ms: int,
+    burst_ttl_ms: int,
+) -> tuple[int, int]:
+    """``debounce_call``, with the server's time (ms) the delay counts from."""
     args = [task_id, str(delay_ms), str(max_ms), ttl_arg(ttl_ms), ttl_arg(burst_ttl_ms)]
-    return int(scripts.run(DEBOUNCE_CALL, debounce_keys(key), args))
+    delay, now = scripts.run(DEBOUNCE_CALL, debounce_keys(key), args)
+    return int(delay), int(now)
 
 
 def debounce_run(scripts: ScriptRunner, key: str, task_id: str) -> str | bool:
     """``task_id`` came due: True, it runs (its burst's latest); False, it runs (nothing is
     recorded for its key); else the task id that superseded it."""
-    reply = scripts.run(DEBOUNCE_RUN, debounce_keys(key), [task_id])
-    return reply == 1 if isinstance(reply, int) else as_text(reply)
+    return debounce_turn(scripts, key, task_id)[0]
+
+
+def debounce_turn(scripts: ScriptRunner, key: str, task_id: str) -> tuple[str | bool, int]:
+    """``debounce_run``, with the server's time (ms) it was decided at."""
+    reply, now = scripts.run(DEBOUNCE_RUN, debounce_keys(key), [task_id])
+    return (reply == 1 if isinstance(reply, int) else as_text(reply)), int(now)
 
 
 def _debounce_ms(options: LockOptions) -> tuple[int, int]:

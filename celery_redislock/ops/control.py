@@ -17,6 +17,16 @@ __all__ = ["redislock_stats"]
 @inspect_command()
 def redislock_stats(state: Any, **_: Any) -> dict[str, Any]:
     """Lock counters of this worker (acquired, skipped, retried, lost, released, ...), in all
-    and by task (``{"tasks": {task name: {counter: n}}}``, the tasks that counted)."""
+    and by task (``{"tasks": {task name: {counter: n}}}``, the tasks that counted), and how late
+    its postponed calls started (``{"lateness": {task: {kind: {"count", "sum", "buckets"}}}}``,
+    each bucket's count by ``LATENESS_BUCKETS``, +Inf last)."""
     # Answered by the worker's main process; prefork children share its counters (stats.py).
-    return {"pid": os.getpid(), "counters": counters.snapshot(), "tasks": counters.by_task()}
+    lateness: dict[str, dict[str, Any]] = {}
+    for (task, kind), (buckets, count, total) in counters.lateness().items():
+        lateness.setdefault(task, {})[kind] = {"count": count, "sum": total, "buckets": buckets}
+    return {
+        "pid": os.getpid(),
+        "counters": counters.snapshot(),
+        "tasks": counters.by_task(),
+        "lateness": lateness,
+    }

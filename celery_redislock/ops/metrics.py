@@ -21,6 +21,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from ..engine.counting import counter
+from ..engine.lateness import LATENESS_BUCKETS
 from .stats import LATENCY_BUCKETS, Counters, counters
 
 __all__ = ["LockCollector", "lock_registry"]
@@ -32,8 +33,9 @@ NO_TASK = ""
 
 class LockCollector(Collector):
     """Reads the counters at each scrape: ``redislock_<counter>_total{task}`` for each registered
-    counter, ``redislock_locks_held{task}``, ``redislock_oldest_lock_age_seconds{task}``, and the
-    renewal round trips' ``redislock_renewal_latency_seconds`` histogram."""
+    counter, ``redislock_locks_held{task}``, ``redislock_oldest_lock_age_seconds{task}``, the
+    renewal round trips' ``redislock_renewal_latency_seconds`` histogram, and how late postponed
+    calls started, ``redislock_start_lateness_seconds{task,kind}``."""
 
     def __init__(self, source: Counters = counters) -> None:
         self.source = source
@@ -52,6 +54,7 @@ class LockCollector(Collector):
             yield family
         yield from self._held()
         yield self._latency()
+        yield self._lateness()
 
     def _held(self) -> Iterator[Metric]:
         held = GaugeMetricFamily(
@@ -71,16 +74,32 @@ class LockCollector(Collector):
 
     def _latency(self) -> Metric:
         buckets, _, total = self.source.latencies()
-        cumulative, running = [], 0
-        for bound, in_bucket in zip([*map(str, LATENCY_BUCKETS), "+Inf"], buckets):
-            running += in_bucket
-            cumulative.append((bound, float(running)))
         return HistogramMetricFamily(
             "redislock_renewal_latency_seconds",
             "Seconds a renewal round trip took (one per Redis, every renewal interval)",
-            buckets=cumulative,
+            buckets=_cumulative(LATENCY_BUCKETS, buckets),
             sum_value=total,
         )
+
+    def _lateness(self) -> Metric:
+        family = HistogramMetricFamily(
+            "redislock_start_lateness_seconds",
+            "Seconds a postponed call started after it was due (its rate limit slot, its debounce's "
+            "end), on the Redis server's clock; kind: the wait",
+            labels=["task", "kind"],
+        )
+        for (task, kind), (buckets, _, total) in sorted(self.source.lateness().items()):
+            family.add_metric([task, kind], _cumulative(LATENESS_BUCKETS, buckets), total)
+        return family
+
+
+def _cumulative(bounds: tuple[float, ...], buckets: list[int]) -> list[tuple[str, float]]:
+    """A histogram's buckets (each one's count, +Inf last) as Prometheus' cumulative ones."""
+    cumulative, running = [], 0
+    for bound, in_bucket in zip([*map(str, bounds), "+Inf"], buckets):
+        running += in_bucket
+        cumulative.append((bound, float(running)))
+    return cumulative
 
 
 def lock_registry(source: Counters = counters, app: Any = None) -> CollectorRegistry:

@@ -41,6 +41,7 @@ from ..engine.leases import REDIS_ERRORS
 from ..engine.script_runner import ScriptRunner
 from .broker_delay import countdown_for
 from .copies import COPY_HEADER, STALE, UNKNOWN, claim, confirm, forget, hand_on, record_ttl_ms
+from .due import DUE_HEADER
 
 if TYPE_CHECKING:
     from celery import Task
@@ -133,7 +134,10 @@ def put_off(
     very copy is stale (another copy of the call took over: nothing is published)."""
     request = task.request
     countdown = countdown_for(task.app, seconds, runtime.settings.max_postpone, precise=precise)
-    sent = {**carried_headers(request), **(headers or {})}
+    carried = carried_headers(request)
+    # Due when the wait it was put off for ends: not when a wait of its earlier copy ended.
+    carried.pop(DUE_HEADER, None)
+    sent = {**carried, **(headers or {})}
     sent.pop(COPY_HEADER, None)
     record = ""
     if token:

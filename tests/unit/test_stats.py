@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -15,7 +16,7 @@ import pytest
 
 import celery_redislock.gates
 import celery_redislock.modes  # noqa: F401  (every mode's counters registered, before ZERO is made)
-from celery_redislock.engine import counting
+from celery_redislock.engine import counting, lateness
 from celery_redislock.engine.counting import (
     add_count_listener,
     add_counters,
@@ -23,7 +24,8 @@ from celery_redislock.engine.counting import (
     remove_count_listener,
     tally,
 )
-from celery_redislock.ops import stats
+from celery_redislock.engine.lateness import LATENESS_BUCKETS
+from celery_redislock.ops import shared_table
 from celery_redislock.ops.control import redislock_stats
 from celery_redislock.ops.stats import LATENCY_BUCKETS, Counters, counters
 
@@ -331,10 +333,10 @@ def test_a_reset_clears_the_counts_by_task_too() -> None:
 def test_past_max_tasks_a_task_is_counted_in_the_totals_only(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(stats, "MAX_TASKS", 2)
+    monkeypatch.setattr(shared_table, "MAX_TASKS", 2)
     shared = Counters()
     shared.share()
-    with caplog.at_level(logging.WARNING, logger="celery_redislock.ops.stats"):
+    with caplog.at_level(logging.WARNING, logger="celery_redislock.ops.shared_table"):
         for task in ("app.a", "app.b", "app.c", "app.c"):
             shared.incr("acquired", task=task)
     assert set(shared.by_task()) == {"app.a", "app.b"}
@@ -366,3 +368,29 @@ def test_held_locks_are_reported_by_task_for_live_processes_only() -> None:
     assert count == 3 and total == pytest.approx(0.304)
     assert len(buckets) == len(LATENCY_BUCKETS) + 1
     assert buckets[LATENCY_BUCKETS.index(0.0025)] == 2 and buckets[LATENCY_BUCKETS.index(0.5)] == 1
+
+
+def test_lateness_is_summed_by_task_and_kind_over_children_dead_ones_included() -> None:
+    shared = Counters(rows=4)
+    shared.share()
+    shared.late("rate_limit", "app.a", 0.004)
+    # Four children on two rows of their own: the dead ones' histograms are folded, not lost.
+    for seconds in (0.2, 0.3, 7.0, 100.0):
+        assert in_child(functools.partial(shared.late, "debounce", "app.a", seconds)) == 0
+    found = shared.lateness()
+    assert set(found) == {("app.a", "rate_limit"), ("app.a", "debounce")}
+    buckets, count, total = found["app.a", "debounce"]
+    assert count == 4 and total == pytest.approx(107.5)
+    assert len(buckets) == len(LATENESS_BUCKETS) + 1
+    assert buckets[LATENESS_BUCKETS.index(0.25)] == 1 and buckets[LATENESS_BUCKETS.index(0.5)] == 1
+    assert buckets[LATENESS_BUCKETS.index(10.0)] == 1 and buckets[-1] == 1  # +Inf
+    assert found["app.a", "rate_limit"][:2] == ([1] + [0] * len(LATENESS_BUCKETS), 1)
+
+
+def test_lateness_reaches_the_counters_through_its_listener_early_as_zero() -> None:
+    before = counters.lateness().get(("app.listened", "debounce"), ([], 0, 0.0))
+    lateness.late("debounce", "app.listened", -0.5)  # came back early and waited: on time
+    _, count, total = counters.lateness()["app.listened", "debounce"]
+    assert (count, total) == (before[1] + 1, before[2])
+    reply = redislock_stats(None)["lateness"]["app.listened"]["debounce"]
+    assert reply["count"] == count and reply["buckets"][0] >= 1

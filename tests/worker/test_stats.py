@@ -66,7 +66,7 @@ def test_inspect_redislock_stats_sums_the_counters_of_every_prefork_child(
 
     assert SingletonTask  # loading it registers the modes' counters here, as in the worker
     expected = dict.fromkeys(counter_names(), 0)
-    assert stats_of(client, node) == {"pid": proc.pid, "counters": expected, "tasks": {}}
+    assert stats_of(client, node) == {"pid": proc.pid, "counters": expected, "tasks": {}, "lateness": {}}
 
     # 5 distinct runs: acquired and released 5 times.
     results = [client.send_task("stats.quick", args=[n]) for n in range(5)]
@@ -93,7 +93,7 @@ def test_inspect_redislock_stats_sums_the_counters_of_every_prefork_child(
         "stats.quick": {**zero, "acquired": 5, "released": 5},
         "stats.held": {**zero, "acquired": 1, "released": 1, "skipped": 3},
     }
-    whole = {"pid": proc.pid, "counters": expected, "tasks": by_task}
+    whole = {"pid": proc.pid, "counters": expected, "tasks": by_task, "lateness": {}}
 
     # The release runs after the task body returns: poll until it has landed.
     def settled() -> dict[str, Any] | None:

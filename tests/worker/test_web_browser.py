@@ -16,6 +16,7 @@ import pytest
 import redis
 from celery import Celery
 
+from celery_redislock import SingletonTask
 from celery_redislock.contrib.testing import WorkerProcess
 
 from .conftest import open_gate, poll, wait_started, worker_module
@@ -142,7 +143,7 @@ def test_the_page_in_chromium_lists_filters_and_releases_with_confirmation(
         open_gate(coord, "odd")
 
 
-def test_keys_and_ids_are_never_broken_inside_a_narrow_window_scrolls_the_table(
+def test_keys_and_ids_wrap_at_their_separators_only_a_part_wider_than_the_window_scrolls(
     page_server: Callable[..., str], browser: Any, urls: dict[str, str], locks: redis.Redis, tmp_path: Any
 ) -> None:
     (tmp_path / "webwrap.py").write_text(worker_module(urls, "webwrap", ""))
@@ -151,9 +152,93 @@ def test_keys_and_ids_are_never_broken_inside_a_narrow_window_scrolls_the_table(
     browser.set_window_size(420, 800)
     browser.get(page_server("webwrap"))
     shown = element(browser, "#locks code.key")
-    assert shown.text == key
-    # An inline element broken over lines has a box per line.
-    for code in browser.find_elements(By.CSS_SELECTOR, "#locks code"):
-        assert browser.execute_script("return arguments[0].getClientRects().length", code) == 1, code.text
-    scroller = browser.find_element(By.CSS_SELECTOR, "div.scroll")
-    assert browser.execute_script("return arguments[0].scrollWidth > arguments[0].clientWidth", scroller)
+    assert shown.text.replace("\n", "") == key
+    rects = "return arguments[0].getClientRects().length"
+    # An inline element broken over lines has a box per line: the key is, at its ':' only; the
+    # hex digest and the task id (with its '-') are never.
+    assert browser.execute_script(rects, shown) > 1
+    parts = shown.find_elements(By.CSS_SELECTOR, ".seg")
+    assert [part.text for part in parts] == [
+        "redislock:",
+        "proj.tasks.nightly_report:",
+        key.rsplit(":", 1)[1],
+    ]
+    for part in browser.find_elements(By.CSS_SELECTOR, "#locks code .seg"):
+        assert browser.execute_script(rects, part) == 1, part.text
+    # Copied, the key is whole: no space or line break where it wrapped.
+    copied = browser.execute_script("return arguments[0].textContent", shown)
+    assert copied == key
+
+
+OPS_TASKS = """
+app.conf.redislock_limits = {"partner": "3/m"}
+
+
+@app.task(base=SingletonTask, name="proj.sync", rate_limits=["partner"])
+def sync(n):
+    return n
+
+
+@app.task(base=SingletonTask, name="proj.ping", global_rate_limit="2/s")
+def ping(n):
+    return n
+
+
+@app.task(base=SingletonTask, name="proj.reindex", debounce=0.3)
+def reindex(key):
+    return key
+"""
+
+
+def _never_run(key: str) -> None:
+    raise AssertionError("the worker runs it")
+
+
+def test_the_page_in_chromium_shows_each_limits_use_and_how_late_postponed_calls_started(
+    worker_process: Callable[..., WorkerProcess],
+    make_app: Callable[..., Celery],
+    page_server: Callable[..., str],
+    browser: Any,
+    urls: dict[str, str],
+) -> None:
+    proc = worker_process(worker_module(urls, "webops", OPS_TASKS), "-c", "2")
+    module = proc.process.args[4]  # python -m celery -A <module> worker ...
+    client = make_app()
+    # Five calls of a 3/m limit: three start, two wait for slots reserved a minute on.
+    synced = [client.send_task("proj.sync", args=[n]) for n in range(5)]
+    assert [call.get(timeout=30) for call in synced[:3]] == [0, 1, 2]
+    # Put off and started later: two pings for their slots, a debounced burst's last call.
+    pings = [client.send_task("proj.ping", args=[n]) for n in range(4)]
+    reindex = client.task(base=SingletonTask, name="proj.reindex", debounce=0.3, shared=False)(_never_run)
+    burst = [reindex.delay("catalog") for _ in range(3)]
+    assert [call.get(timeout=60) for call in pings] == [0, 1, 2, 3]
+    assert burst[-1].get(timeout=30) == "catalog"
+
+    browser.set_window_size(1400, 1600)
+    url = page_server(module, "--poll-interval", "0.5")
+
+    def lateness_shown() -> bool:
+        browser.get(url)
+        found = browser.find_elements(By.CSS_SELECTOR, "#lateness")
+        return bool(found) and "proj.ping" in found[0].text and "proj.reindex" in found[0].text
+
+    assert poll(lateness_shown, 30), browser.find_element(By.TAG_NAME, "body").text
+    rows = {
+        tuple(cell.text for cell in row.find_elements(By.TAG_NAME, "td")[:3])
+        for row in browser.find_elements(By.CSS_SELECTOR, "#lateness tr")[1:]
+    }
+    assert rows == {("proj.ping", "rate_limit", "2"), ("proj.reindex", "debounce", "1")}, rows
+    [usage] = browser.find_elements(By.CSS_SELECTOR, "#limits .usage")
+    assert usage.get_attribute("aria-label") == "3 of 3 used, 2 reserved"
+    assert "3 / 3 in the window, 2 reserved" in usage.text
+    widths = [
+        browser.execute_script("return arguments[0].getBoundingClientRect().width", bar)
+        for bar in usage.find_elements(By.CSS_SELECTOR, ".used, .reserved")
+    ]
+    assert widths[0] > widths[1] > 0  # three started, two reserved: drawn 3:2
+    assert "in " in browser.find_element(By.ID, "limits").text  # the next free slot, a minute on
+    shot = os.environ.get("REDISLOCK_WEB_OPS_SCREENSHOT")
+    if shot:
+        browser.save_screenshot(shot)
+    for call in synced[3:]:
+        call.revoke()

@@ -20,12 +20,12 @@
 -- ARGV[5]     the token of the copy asking ("" for a call never re-published)
 -- ARGV[6]     the token of the copy it will publish if told to wait ("": no tokens kept)
 -- ARGV[7...]  the limits (rate_common.lua)
--- Returns     {0, 0} granted now; {1, ms} reserved ms from now; {2, ms} not reserved, the next
---             free slot is ms from now; {3, ms} its reservation kept, ms from now (a call back
---             early, or whose window is still full, or paused); {4, 0} this attempt started
---             already; {5, 0} its reservation is held by another copy of the call; {6, ms, i}
---             its cost is more than limit i's runtime rates admit at once: it holds no slot and
---             asks again in ms
+-- Returns     {status, ms, now, ...}, now the server's time (ms) of the decision: {0, 0} granted
+--             now; {1, ms} reserved ms from now; {2, ms} not reserved, the next free slot is ms
+--             from now; {3, ms} its reservation kept, ms from now (a call back early, or whose
+--             window is still full, or paused); {4, 0} this attempt started already; {5, 0} its
+--             reservation is held by another copy of the call; {6, ms, now, i} its cost is more
+--             than limit i's runtime rates admit at once: it holds no slot and asks again in ms
 local granted, own, mine, next_token = ARGV[1], ARGV[2], ARGV[5], ARGV[6]
 local limits = read_limits(7)
 local home = limits[1]
@@ -99,7 +99,7 @@ local function grant(back)
   end
   advance('a', now)
   expire()
-  return {0, 0}
+  return {0, 0, now}
 end
 
 -- The copy asking is the live one from now on; the copy it will publish is pending.
@@ -119,7 +119,7 @@ local function paused_until()
 end
 
 if redis.call('ZSCORE', home.log, granted) then
-  return {4, 0}
+  return {4, 0, now}
 end
 
 -- The tokens outlive a reservation an operator's change gave up (rate_change.lua): the live copy
@@ -129,7 +129,7 @@ if next_token ~= '' then
   if tokens then
     local cur, pending = string.match(tokens, '^([^|]*)|(.*)$')
     if mine ~= cur and (pending == '' or mine ~= pending) then
-      return {5, 0}
+      return {5, 0, now}
     end
   end
 end
@@ -149,7 +149,7 @@ for i, limit in ipairs(limits) do
       if redis.call('PTTL', home.hops) < wait + home.horizon then
         redis.call('PEXPIRE', home.hops, wait + home.horizon)
       end
-      return {6, wait, i}
+      return {6, wait, now, i}
     end
   end
 end
@@ -159,7 +159,7 @@ if at then
   local room = math.max(tonumber(at), paused_until())
   if room > now then
     hand_on()
-    return {3, room - now}
+    return {3, room - now, now}
   end
   -- Its slot has come; it may come late, and its start is now: it starts if every window that
   -- ends now has room for its units among the starts (slots reserved by calls not back yet are
@@ -187,7 +187,7 @@ if at then
     return grant(true)
   end
   hand_on()
-  return {3, room - now}
+  return {3, room - now, now}
 end
 
 -- A new call: a window with room for its units (entries and reservations alike) admits it now;
@@ -223,6 +223,6 @@ if ARGV[3] == '1' and (most == 0 or wait <= most) then
   advance('s', slot)
   hand_on()
   expire()
-  return {1, wait}
+  return {1, wait, now}
 end
-return {2, wait}
+return {2, wait, now}

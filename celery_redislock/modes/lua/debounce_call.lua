@@ -10,8 +10,9 @@
 -- ARGV[4]  the TTL of KEYS[1] and KEYS[3] in milliseconds: how long this call may take to come
 --          due; never shortens what an earlier call of the burst asked for
 -- ARGV[5]  the TTL of KEYS[2] in milliseconds (how long the burst's run may take to start)
--- Returns  the delay in milliseconds to publish the call with: the debounce delay, cut so the
---          run comes at most debounce_max after the burst's first call (server clock: TIME).
+-- Returns  {delay, now}: the delay in milliseconds to publish the call with, the debounce delay
+--          cut so the run comes at most debounce_max after the burst's first call, and the
+--          server's time (ms, TIME) it counts from.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local delay = tonumber(ARGV[2])
@@ -30,4 +31,4 @@ local ttl = math.max(tonumber(ARGV[4]), redis.call('PTTL', KEYS[1]))
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
 redis.call('SADD', KEYS[3], ARGV[1])
 redis.call('PEXPIRE', KEYS[3], ttl)
-return delay
+return {delay, now}

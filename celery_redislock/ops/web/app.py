@@ -16,6 +16,7 @@ from ...engine.leases import REDIS_ERRORS
 from ...integration.runtime import runtime_for
 from ..cli_common import redis_failure_text
 from ..listing import release_held, task_of
+from .display import breakable
 from .guard import CSRF_FIELD, Auth, csrf_token, harden, valid_csrf
 from .history import CounterHistory, StatsPoller
 from .views import TENANT_SORTS, SeenSince, check_task_filter, lock_table, overview, page_problem
@@ -77,6 +78,7 @@ def create_app(
     web.jinja_env.globals.update(csrf_field=CSRF_FIELD, csrf_token=csrf_token, allow_release=allow_release)
     web.jinja_env.filters["zip"] = zip
     web.jinja_env.filters["clock"] = _clock
+    web.jinja_env.filters["breakable"] = breakable
 
     names = None if hosts is None else {host.lower() for host in hosts}
 
@@ -141,6 +143,7 @@ def create_app(
             problem=problem,
             shown=shown,
             charts=state.poller.history.charts(task),
+            lateness=[row for row in state.poller.lateness if task is None or row.task == task],
             polls=len(state.poller.history.samples()),
             interval=state.poller.interval,
             refresh=refresh,

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .display import LatenessRow, lateness_rows
+
 __all__ = ["ALL_TASKS", "CHARTED", "Chart", "CounterHistory", "StatsPoller"]
 
 logger = logging.getLogger(__name__)
@@ -139,6 +141,8 @@ class StatsPoller:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._failing = False
+        #: How late the postponed calls started, by the last poll's answers.
+        self.lateness: list[LatenessRow] = []
 
     def start(self) -> None:
         """Start polling, once (the page calls it on every view: it starts on the first)."""
@@ -159,6 +163,7 @@ class StatsPoller:
         replies = self.app.control.broadcast("redislock_stats", reply=True, timeout=self.timeout)
         answers = [answer for reply in replies or [] for answer in reply.values() if isinstance(answer, dict)]
         self.history.add(time.time(), totals_of(answers))
+        self.lateness = lateness_rows(answers)
 
     def _run(self) -> None:
         while not self._stopped.is_set():
