@@ -85,8 +85,8 @@ LABELS = {
 
 class CannedSocket:
     """Stands for the socket of a connection of a lock client's pool: every key is free (a
-    SET answers OK), every release deletes (it answers 1), and the server has ``DELIFEQ`` if
-    ``release`` says so. redis-py packs the commands and parses the replies as on a real
+    SET answers OK), every release deletes (it answers 1), no call is held, and the server has
+    ``DELIFEQ`` if ``release`` says so. redis-py packs the commands and parses the replies as on a real
     socket; only the system calls are left out (a read with nothing sent finds nothing, as
     the pool's check for unread data does)."""
 
@@ -106,6 +106,8 @@ class CannedSocket:
             return b"+OK\r\n"
         if b"\r\nCOMMAND\r\n" in request:  # which conditional delete the server has
             return self._commands
+        if b":holds\r\n" in request:  # the operator's holds (gates.task_holds): none
+            return b"*0\r\n"
         return b":1\r\n"
 
     def settimeout(self, timeout: float | None) -> None:

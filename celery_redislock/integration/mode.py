@@ -225,17 +225,23 @@ def register(mode: Mode, *, default: bool = False) -> None:
     add_rule(mode.clash)
 
 
-def register_gate(gate: Gate, *, first: bool = False) -> None:
+def register_gate(gate: Gate, *, first: bool = False, before: str | None = None) -> None:
     """Register ``gate``: plans whose options it selects pass through it, its options join the
     schema, its rules the options' validation and its counters those kept. ``first``: asked
-    before the gates registered already (its counters still come after theirs)."""
+    before the gates registered already; ``before``: just before the registered gate of that
+    name (its counters still come after theirs, either way)."""
     if any(known.name == gate.name for known in _gates):
         return
+    place = 0 if first else len(_gates)
+    if before is not None:
+        place = next((i for i, known in enumerate(_gates) if known.name == before), -1)
+        if place < 0:
+            raise ValueError(f"the {gate.name} gate is to be asked before gate {before!r}, not registered")
     _check_signals(gate.signals, f"the {gate.name} gate")
     add_options(gate.options)
     add_counters(gate.counters, f"the {gate.name} gate")
     _signals.update(gate.signals)
-    _gates.insert(0 if first else len(_gates), gate)
+    _gates.insert(place, gate)
     add_rule(gate.clash)
 
 
