@@ -3,7 +3,11 @@ the server's clock (or until lifted), set, lifted and read by one script (``lua/
 every worker and every operator's command sees the same holds. A hold names a task, and may name
 argument values (``(("tenant", "acme"),)``): then it holds only the calls with those values. What a
 hold means to a call is the hold gate's (``gates.task_holds``); checking what an operator asks for
-is ``ops.holds``'s."""
+is ``ops.holds``'s.
+
+A worker reads them by ``peek_holds`` (no script: HGETALL, and the server's TIME when a hold is
+timed), so its reads in the background, once a second per process, write nothing, run no script
+and leave a hold that ended for the next ``set``, ``lift`` or ``read`` to delete."""
 
 from __future__ import annotations
 
@@ -12,10 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .keys import holds_key
+from .leases import Client
 from .script_runner import ScriptRunner, package_script
-from .timing import to_ms, to_seconds
+from .timing import server_time, to_ms, to_seconds
 
-__all__ = ["HOLDS", "Hold", "HoldKey", "hold_id", "lift_hold", "read_holds", "set_hold"]
+__all__ = ["HOLDS", "Hold", "HoldKey", "hold_id", "lift_hold", "peek_holds", "read_holds", "set_hold"]
 
 HOLDS = package_script(__package__, "holds.lua")
 
@@ -89,4 +94,32 @@ def read_holds(scripts: ScriptRunner, prefix: str) -> list[Hold]:
         parsed = _parse_id(reply[index])
         if parsed is not None:
             holds.append(Hold(parsed[0], parsed[1], _left(int(reply[index + 1]))))
+    return _in_order(holds)
+
+
+def peek_holds(client: Client, prefix: str) -> list[Hold]:
+    """The holds in force as ``read_holds`` returns them, read without a script and without
+    writing: the hash, and the server's clock only when a hold in it is timed."""
+    stored: dict[Any, Any] = client.hgetall(holds_key(prefix))
+    now_ms = None
+    holds = []
+    for field, value in stored.items():
+        parsed = _parse_id(field)
+        try:
+            ends = int(value)
+        except ValueError:  # a value written by hand is left out, as a field is
+            continue
+        if parsed is None:
+            continue
+        if ends == 0:
+            holds.append(Hold(parsed[0], parsed[1], None))
+            continue
+        if now_ms is None:
+            now_ms = to_ms(server_time(client))
+        if ends > now_ms:
+            holds.append(Hold(parsed[0], parsed[1], to_seconds(ends - now_ms)))
+    return _in_order(holds)
+
+
+def _in_order(holds: list[Hold]) -> list[Hold]:
     return sorted(holds, key=lambda hold: (hold.task, hold.key))

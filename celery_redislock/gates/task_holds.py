@@ -5,17 +5,18 @@ a hold names (one tenant, one account), is not run and not dropped: it is put of
 (both bounded by the broker's safe hold, ``redislock_max_postpone``), as a paused limit's calls
 wait. Logged at INFO and counted ``held`` each time it is put off.
 
-Its cost: a worker process reads the app's holds (one script call) at most every ``REFRESH``
-seconds and keeps them, so a call with no hold on its task asks no Redis; one whose task is held
-by key value binds its arguments to compare them. A hold reaches every worker within ``REFRESH``.
-An eager call is never held (there is nothing to re-queue)."""
+Its cost: none in Redis. A call looks at the holds its process read last (``hold_watch``: a
+thread of each worker process reads them every ``REFRESH`` seconds, primed as the process
+starts), so a call with no hold on its task looks up one dict; one whose task is held by key
+value binds its arguments to compare them. A hold reaches every worker within ``REFRESH``; a
+call that started before its process saw it runs. An eager call is never held (there is nothing
+to re-queue)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
@@ -27,12 +28,12 @@ from ..config.mode_rules import Clash
 from ..config.options import LockOptions
 from ..config.schema import OptionSpec
 from ..engine.counting import count
-from ..engine.holds import HoldKey, read_holds
-from ..engine.leases import REDIS_ERRORS
+from ..engine.holds import HoldKey
 from ..errors import LockKeyError, OptionError
 from ..integration.acquisition import Execution
 from ..integration.runtime import Runtime, run_function
 from ..waits.put_off import put_off
+from .hold_watch import REFRESH, Snapshot, watched
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
@@ -41,28 +42,9 @@ __all__ = ["GATE", "RECHECK", "REFRESH", "HoldGate"]
 
 logger = logging.getLogger(__name__)
 
-#: Seconds a worker process keeps the holds it read: how long a new hold, or a lift, may take
-#: to reach it.
-REFRESH = 1.0
 #: Seconds a call held until lifted waits before it looks again (a timed hold: until its end,
 #: if sooner). Each look re-publishes it, so a shorter one costs the broker more.
 RECHECK = 60.0
-
-#: A task's holds as a process keeps them: each one's key and its end on this process's
-#: ``time.monotonic`` clock (None: until lifted).
-_Held = list[tuple[HoldKey, float | None]]
-
-
-class _Seen:
-    """The holds one process read for one app (its ``runtime``, weakly), by task name, and when
-    to read them again."""
-
-    __slots__ = ("by_task", "runtime", "until")
-
-    def __init__(self, runtime: Runtime, by_task: dict[str, _Held], until: float) -> None:
-        self.runtime = weakref.ref(runtime)
-        self.by_task = by_task
-        self.until = until
 
 
 class HoldGate:
@@ -76,10 +58,9 @@ class HoldGate:
     key_suffixes: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self) -> None:
-        self._seen: weakref.WeakKeyDictionary[Runtime, _Seen] = weakref.WeakKeyDictionary()
-        # The app's last asked: a worker has one, and a weak dictionary's lookup makes a weak
-        # reference of its key every call.
-        self._last: _Seen | None = None
+        # The snapshot of the app last asked for: a worker has one app, and finding a runtime's
+        # snapshot in the process's watch costs a call more.
+        self._last: Snapshot | None = None
         # (task, argument) -> what reads that argument of a call (None: the body has no such one).
         self._readers: dict[tuple[str, str], KeyBuilder | None] = {}
         self._mutex = threading.Lock()
@@ -97,14 +78,16 @@ class HoldGate:
 
     def admit(self, task: AnyTask, execution: Execution) -> None:
         """Let the call go on, or put it off while a hold meets it (raises ``Ignore``)."""
-        # On every call's path: no hold read lately is a check of what was read, in this frame.
+        # On every call's path: what the process read last, no Redis; nothing held is one check.
         seen = self._last
-        if seen is not None and seen.runtime() is execution.runtime and time.monotonic() < seen.until:
-            if not seen.by_task:
-                return
-            held = seen.by_task.get(task.name)
-        else:
-            held = self._holds(execution.runtime).get(task.name)
+        if seen is None or not seen.live or seen.runtime() is not execution.runtime:
+            if task.request.is_eager:
+                return  # never held: no watch started for it
+            seen = self._last = watched(execution.runtime)
+        by_task = seen.by_task
+        if not by_task:
+            return
+        held = by_task.get(task.name)
         if not held:
             return
         request = task.request
@@ -114,26 +97,6 @@ class HoldGate:
         for key, ends in held:
             if (ends is None or ends > now) and (not key or self._matches(task, key, request)):
                 self._put_off(task, execution.runtime, key, ends, now)
-
-    def _holds(self, runtime: Runtime) -> dict[str, _Held]:
-        """The app's holds by task, read at most every ``REFRESH`` seconds. Redis unreachable:
-        the holds read last are kept (a hold stops no call for want of Redis), logged."""
-        now = time.monotonic()
-        seen = self._seen.get(runtime)
-        if seen is not None and now < seen.until:
-            self._last = seen
-            return seen.by_task
-        by_task: dict[str, _Held] = {}
-        try:
-            for hold in read_holds(runtime.scripts, runtime.settings.key_prefix):
-                ends = None if hold.left is None else now + hold.left
-                by_task.setdefault(hold.task, []).append((hold.key, ends))
-        except REDIS_ERRORS as exc:
-            count("redis_errors")
-            logger.warning("Could not read the holds (keeping those read before): %r", exc)
-            by_task = {} if seen is None else seen.by_task
-        self._seen[runtime] = self._last = _Seen(runtime, by_task, now + REFRESH)
-        return by_task
 
     def _matches(self, task: AnyTask, key: HoldKey, request: Any) -> bool:
         """Whether the call's arguments have every value ``key`` names (as text, as fair share
