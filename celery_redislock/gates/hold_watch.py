@@ -5,7 +5,8 @@ last. Primed as the process starts, before it runs a call: a prefork child at
 ``worker_process_init``, a solo, threads or green pool's worker process by the ``HoldsPrime``
 bootstep, after the pool and before the consumer. So no call waits on Redis for the holds, the
 first one included; a process that did not prime (a pool of another kind, a spawned child) waits
-for its first read on its first call. Each process logs, at INFO, the holds it sees whenever they change."""
+for its first read on its first call. Each process logs, at INFO, the holds it sees whenever they
+change."""
 
 from __future__ import annotations
 
@@ -91,6 +92,8 @@ class HoldWatch:
         child's start past Celery's ``worker_proc_alive_timeout``: it is read again later)."""
         snapshot = self._snapshots.get(runtime)
         if snapshot is not None:
+            if not snapshot.read.is_set():  # another thread asked first: its read is not in
+                snapshot.read.wait(wait)
             return snapshot
         with self._mutex:
             snapshot = self._snapshots.get(runtime)
@@ -136,13 +139,14 @@ class HoldWatch:
 
     def _read(self, runtime: Runtime, snapshot: Snapshot) -> None:
         """Read ``runtime``'s holds into ``snapshot``. Redis unreachable: the holds read last
-        are kept (a hold stops no call for want of Redis), logged once until a read succeeds."""
+        are kept (a hold stops no call for want of Redis), logged and counted once until a read
+        succeeds."""
         try:
             holds = peek_holds(runtime.background_client, runtime.settings.key_prefix)
         except REDIS_ERRORS as exc:
-            count("redis_errors")
-            if not self._failing.get(runtime):
+            if not self._failing.get(runtime):  # counted once, not every second while it lasts
                 self._failing[runtime] = True
+                count("redis_errors")
                 logger.warning("Could not read the operator's holds (keeping those read before): %r", exc)
             snapshot.read.set()
             return
@@ -201,8 +205,9 @@ def prime(app: Celery) -> None:
     watched(runtime)
 
 
-# The apps of the workers made in this process (or in the parent it was forked from).
-_apps: weakref.WeakSet[Celery] = weakref.WeakSet()
+# The apps of the workers made in this process, or in the parent it was forked from, and the pid
+# of the process that made each.
+_apps: weakref.WeakKeyDictionary[Celery, int] = weakref.WeakKeyDictionary()
 
 
 class HoldsPrime(bootsteps.StartStopStep):
@@ -215,7 +220,7 @@ class HoldsPrime(bootsteps.StartStopStep):
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         super().__init__(parent, **kwargs)
-        _apps.add(parent.app)
+        _apps[parent.app] = os.getpid()
 
     def start(self, parent: Any) -> None:
         if not _forks(parent.pool):
@@ -238,9 +243,13 @@ def _add_step(sender: Any = None, **_: Any) -> None:
 
 @signals.worker_process_init.connect(weak=False)
 def _prime_child(**_: Any) -> None:
-    # A prefork child, just forked (the solo pool sends it too: HoldsPrime's read is then one).
-    for app in list(_apps):
-        prime(app)
+    # A prefork child, just forked: its worker's app was noted by its parent. The solo pool sends
+    # it in the worker's own process, which HoldsPrime primes (and which may have noted the apps
+    # of workers that ran before it, in a test process).
+    pid = os.getpid()
+    for app, noted_by in list(_apps.items()):
+        if noted_by != pid:
+            prime(app)
 
 
 @signals.worker_process_shutdown.connect(weak=False)

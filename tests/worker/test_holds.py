@@ -285,8 +285,9 @@ def test_held_calls_whose_worker_is_killed_while_they_wait_run_once(
     deployment: Deployment, coord: redis.Redis, kill_at: str
 ) -> None:
     task = held_task("holds.killed")
-    # The caller's own visibility timeout: restore_visible gives out again at once what the
-    # killed worker held unacknowledged: the call it was putting off, and those it prefetched.
+    # The caller's own visibility timeout: on a Redis broker restore_visible gives out again at
+    # once what the killed worker held unacknowledged: the call it was putting off, and those it
+    # prefetched.
     app = deployment.app(broker_transport_options={"visibility_timeout": 1})
     send = task.sender(app)
     run = cli(app)
@@ -301,7 +302,8 @@ def test_held_calls_whose_worker_is_killed_while_they_wait_run_once(
     spare = deployment.start(task, "-c", "2", "-n", node("spare"), module=LOOKS)
 
     def held_again() -> bool:
-        restore_visible(app)
+        if deployment.urls["broker"].startswith("redis"):  # RabbitMQ gave them out at the kill
+            restore_visible(app)
         return held(spare, results) == ids
 
     # Every call is held again, none lost: the one put off as the worker died has two copies now.

@@ -9,12 +9,13 @@
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 
--- What a stored end leaves: ms, -1 until lifted, -2 none (or over: then deleted).
+-- What a stored end leaves: ms, -1 until lifted, -2 none (or over: then deleted; or not a
+-- number, written by hand: left alone).
 local function left(id, ends)
+  ends = tonumber(ends)
   if not ends then
     return -2
   end
-  ends = tonumber(ends)
   if ends == 0 then
     return -1
   end
