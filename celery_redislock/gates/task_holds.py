@@ -33,12 +33,12 @@ from ..errors import LockKeyError, OptionError
 from ..integration.acquisition import Execution
 from ..integration.runtime import Runtime, run_function
 from ..waits.put_off import put_off
-from .hold_watch import REFRESH, Snapshot, watched
+from .hold_watch import Snapshot, watched
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
 
-__all__ = ["GATE", "RECHECK", "REFRESH", "HoldGate"]
+__all__ = ["GATE", "RECHECK", "HoldGate"]
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ registry's own rule (``one_mode``): no mode names the others it excludes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, NoReturn, Protocol
 
 from celery.utils.dispatch import Signal
@@ -163,7 +163,9 @@ class Plan:
     """What a task needs to lock one execution: its resolved options, its key builder, its mode
     and the gates it passes through first; ``tallies``, the task's counts of every locked run,
     bound once (None: an execution binds its own); ``locked``, False for ``lock=False`` (the
-    gates only: no key, no lock)."""
+    gates only: no key, no lock); ``told``, the gates told how a run of the body ended
+    (``on_outcome``, ``on_paused``): with none, the body runs untimed (a gate that only admits,
+    an operator's holds, costs a call its ``admit`` alone)."""
 
     options: LockOptions
     keys: KeyBuilder
@@ -171,6 +173,11 @@ class Plan:
     gates: tuple[Gate, ...] = ()
     tallies: TaskTallies | None = None
     locked: bool = True
+    told: tuple[Gate, ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        told = tuple(gate for gate in self.gates if hasattr(gate, "on_outcome") or hasattr(gate, "on_paused"))
+        object.__setattr__(self, "told", told)
 
     def key(self, task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
         return self.keys.key(args, kwargs, task)

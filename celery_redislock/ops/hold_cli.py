@@ -8,7 +8,8 @@ from typing import Any, Callable, TypeVar
 import click
 from celery.bin.base import CeleryCommand, CeleryOption
 
-from ..gates.task_holds import RECHECK, REFRESH
+from ..gates.hold_watch import REFRESH
+from ..gates.task_holds import RECHECK
 from .cli_common import cli_of, echo_listing, redis_errors, refused
 from .holds import Hold, hold_calls, hold_key, lift_calls, show_holds
 from .terminal import printable
