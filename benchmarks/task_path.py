@@ -55,6 +55,7 @@ from celery.app.trace import build_tracer
 import celery_redislock
 from celery_redislock import SingletonTask
 from celery_redislock.engine import LockEngine
+from celery_redislock.gates.hold_watch import WATCH
 from celery_redislock.integration.runtime import runtime_for
 
 try:  # the bench extra installs the peers
@@ -85,8 +86,8 @@ LABELS = {
 
 class CannedSocket:
     """Stands for the socket of a connection of a lock client's pool: every key is free (a
-    SET answers OK), every release deletes (it answers 1), and the server has ``DELIFEQ`` if
-    ``release`` says so. redis-py packs the commands and parses the replies as on a real
+    SET answers OK), every release deletes (it answers 1), no call is held, and the server has
+    ``DELIFEQ`` if ``release`` says so. redis-py packs the commands and parses the replies as on a real
     socket; only the system calls are left out (a read with nothing sent finds nothing, as
     the pool's check for unread data does)."""
 
@@ -106,6 +107,8 @@ class CannedSocket:
             return b"+OK\r\n"
         if b"\r\nCOMMAND\r\n" in request:  # which conditional delete the server has
             return self._commands
+        if b":holds\r\n" in request:  # the operator's holds (gates.hold_watch's HGETALL): none
+            return b"*0\r\n"
         return b":1\r\n"
 
     def settimeout(self, timeout: float | None) -> None:
@@ -173,7 +176,13 @@ def make_app(release: str = "script") -> tuple[Celery, dict[str, Task[Any, Any]]
     connection = canned_connection(release)
     # As the runtime makes its own: a task's calls hold one connection of the pool.
     pool = redis.ConnectionPool(connection_class=connection)
-    runtime_for(app).engine = LockEngine(redis.Redis(connection_pool=pool), hold_connection=True)
+    runtime = runtime_for(app)
+    runtime.engine = LockEngine(redis.Redis(connection_pool=pool), hold_connection=True)
+    # The operator's holds are read by a thread of the process (gates.hold_watch), on a client of
+    # its own, canned too: at the first call, then once a second in a worker whatever its calls
+    # (here once an hour: the reads are not the task's path, and would count by the run's length).
+    runtime.background_client = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=connection))
+    WATCH.get().interval = 3600
     if "singleton" in tasks:  # as its backend makes its client (Redis.from_url, decoding)
         backend = RedisBackend.__new__(RedisBackend)
         backend.redis = redis.Redis(

@@ -16,6 +16,7 @@ __all__ = [
     "format_key",
     "glob_escape",
     "grant_member",
+    "holds_key",
     "limit_keys",
     "parse_key",
     "rate_keys",
@@ -187,6 +188,11 @@ def fair_queue_of(prefix: str, key: str) -> str | None:
 def copy_key(prefix: str, task_id: str) -> str:
     """The record of the copies of a put-off call ``task_id`` (``waits.copies``)."""
     return f"{prefix}:copy:{task_id}"
+
+
+def holds_key(prefix: str) -> str:
+    """The operator's holds of the app under ``prefix`` (a hash: ``engine.holds``)."""
+    return f"{prefix}:holds"
 
 
 def fair_expiry_key(prefix: str, queue: str) -> str:

@@ -15,7 +15,7 @@ registry's own rule (``one_mode``): no mode names the others it excludes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, NoReturn, Protocol
 
 from celery.utils.dispatch import Signal
@@ -163,7 +163,9 @@ class Plan:
     """What a task needs to lock one execution: its resolved options, its key builder, its mode
     and the gates it passes through first; ``tallies``, the task's counts of every locked run,
     bound once (None: an execution binds its own); ``locked``, False for ``lock=False`` (the
-    gates only: no key, no lock)."""
+    gates only: no key, no lock); ``told``, the gates told how a run of the body ended
+    (``on_outcome``, ``on_paused``): with none, the body runs untimed (a gate that only admits,
+    an operator's holds, costs a call its ``admit`` alone)."""
 
     options: LockOptions
     keys: KeyBuilder
@@ -171,6 +173,11 @@ class Plan:
     gates: tuple[Gate, ...] = ()
     tallies: TaskTallies | None = None
     locked: bool = True
+    told: tuple[Gate, ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        told = tuple(gate for gate in self.gates if hasattr(gate, "on_outcome") or hasattr(gate, "on_paused"))
+        object.__setattr__(self, "told", told)
 
     def key(self, task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
         return self.keys.key(args, kwargs, task)
@@ -225,17 +232,23 @@ def register(mode: Mode, *, default: bool = False) -> None:
     add_rule(mode.clash)
 
 
-def register_gate(gate: Gate, *, first: bool = False) -> None:
+def register_gate(gate: Gate, *, first: bool = False, before: str | None = None) -> None:
     """Register ``gate``: plans whose options it selects pass through it, its options join the
     schema, its rules the options' validation and its counters those kept. ``first``: asked
-    before the gates registered already (its counters still come after theirs)."""
+    before the gates registered already; ``before``: just before the registered gate of that
+    name (its counters still come after theirs, either way)."""
     if any(known.name == gate.name for known in _gates):
         return
+    place = 0 if first else len(_gates)
+    if before is not None:
+        place = next((i for i, known in enumerate(_gates) if known.name == before), -1)
+        if place < 0:
+            raise ValueError(f"the {gate.name} gate is to be asked before gate {before!r}, not registered")
     _check_signals(gate.signals, f"the {gate.name} gate")
     add_options(gate.options)
     add_counters(gate.counters, f"the {gate.name} gate")
     _signals.update(gate.signals)
-    _gates.insert(0 if first else len(_gates), gate)
+    _gates.insert(place, gate)
     add_rule(gate.clash)
 
 

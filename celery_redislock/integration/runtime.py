@@ -14,7 +14,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..config.arguments import KeyBuilder
-from ..config.lock_client import client_factory
+from ..config.lock_client import LockClient, client_factory
 from ..config.options import LockOptions, option_names, source_task, validate
 from ..config.settings import SETTING_DEFAULTS, AppSettings, read_settings
 from ..engine import LeaseEngine, LockEngine, SemaphoreEngine, make_engine, make_semaphore_engine
@@ -98,6 +98,7 @@ class Runtime:
             retry=client_retry(),
         )
         self._engine: LockEngine | None = None
+        self._background: LockClient | None = None
         self._plans: dict[tuple[str, str | None], Plan] = {}
         # Task name -> whether some execution of it may wait for its key (see waited_on).
         self._waited_on: dict[str, bool] = {}
@@ -127,6 +128,24 @@ class Runtime:
     def engine(self, engine: LockEngine) -> None:
         # Tests and benchmarks put in an engine on a client of their own (one that counts).
         self._engine = engine
+
+    @property
+    def background_client(self) -> LockClient:
+        """A client of the lock Redis on connections of its own, made on first use: what a
+        worker's background readers use (the holds' refresh, ``gates.hold_watch``), so that they
+        never take, nor wait for, the connection the calls' locks are taken on."""
+        client = self._background
+        if client is None:
+            with self._mutex:
+                if self._background is None:
+                    self._background = self._connect()
+                client = self._background
+        return client
+
+    @background_client.setter
+    def background_client(self, client: LockClient) -> None:
+        # Benchmarks put in a client whose replies are canned.
+        self._background = client
 
     def plan(self, task: Any, queue: str | None) -> Plan:
         """Options, key builder and mode for ``task`` consumed from ``queue`` (cached)."""

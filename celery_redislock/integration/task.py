@@ -130,7 +130,7 @@ class SingletonTask(_TaskBase):
         if outcome is not None:  # else unlocked: the mode says so (unique while queued only), or Redis
             fields[HELD_FIELD] = outcome
             fields[INFO_FIELD] = outcome.info
-        if not plan.gates:  # a lock alone: nothing to tell how the body ended, nothing timed
+        if not plan.told:  # no gate to tell how the body ended: nothing timed
             try:
                 return self.run(*args, **kwargs)
             finally:
@@ -139,7 +139,7 @@ class SingletonTask(_TaskBase):
         try:
             result = self.run(*args, **kwargs)
         except RateLimitPaused as paused:
-            for gate in plan.gates:  # the rate limit re-queues the call for after the pause
+            for gate in plan.told:  # the rate limit re-queues the call for after the pause
                 handle = getattr(gate, "on_paused", None)
                 if handle is not None:
                     handle(self, runtime, plan.options, paused, time.monotonic() - started)
@@ -156,7 +156,7 @@ class SingletonTask(_TaskBase):
     def _report(self, plan: Plan, runtime: Runtime, error: BaseException | None, started: float) -> None:
         """Tell the plan's gates how the body ended (an adaptive limit learns from it). A report
         that fails (a ``rate_cost`` that raises) is logged: it never changes the call's outcome."""
-        for gate in plan.gates:
+        for gate in plan.told:
             handle = getattr(gate, "on_outcome", None)
             if handle is None:
                 continue

@@ -17,6 +17,7 @@ from ..engine.leases import REDIS_ERRORS
 from ..integration.runtime import Runtime
 from .cli_common import cli_of, redis_errors, redis_failure, runtime_of
 from .fair_cli import fair
+from .hold_cli import hold
 from .inventory import mode_keys
 from .limit_cli import limit
 from .listing import Lock, held_locks, lock_pattern, purge_locks, release_held, scan_locks
@@ -150,7 +151,7 @@ def _yes_flag(group: str) -> Callable[[_F], _F]:
 @click.pass_context
 @handle_preload_options
 def redislock(ctx: click.Context, **kwargs: Any) -> None:
-    """List, release and purge celery_redislock locks; serve a page of them.
+    """List, release and purge celery_redislock locks; hold calls; serve a page of them.
 
     A lock removed here while its task still runs is taken back by that
     task's next renewal; these commands are for locks left behind.
@@ -299,4 +300,5 @@ def _say_left(cli: CLIContext, runtime: Runtime, task: str | None) -> None:
 
 redislock.add_command(limit)
 redislock.add_command(fair)
+redislock.add_command(hold)
 redislock.add_command(web)

@@ -20,7 +20,15 @@ from ..engine.leases import REDIS_ERRORS
 from ..errors import RedisLockError
 from ..integration.runtime import Runtime, runtime_for
 
-__all__ = ["cli_of", "echo_listing", "redis_errors", "redis_failure", "redis_failure_text", "runtime_of"]
+__all__ = [
+    "cli_of",
+    "echo_listing",
+    "redis_errors",
+    "redis_failure",
+    "redis_failure_text",
+    "refused",
+    "runtime_of",
+]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _T = TypeVar("_T")
@@ -65,6 +73,21 @@ def redis_errors(command: _F) -> _F:
             return command(ctx, *args, **kwargs)
         except REDIS_ERRORS as exc:
             raise redis_failure(ctx, exc) from None
+
+    return cast(_F, wrapper)
+
+
+def refused(command: _F) -> _F:
+    """Bad input (``RedisLockError``: an unknown name, a value out of range) as one ``Error:``
+    line naming it, after a bad configuration has said so."""
+
+    @functools.wraps(command)
+    def wrapper(ctx: click.Context, *args: Any, **kwargs: Any) -> Any:
+        runtime_of(ctx)
+        try:
+            return command(ctx, *args, **kwargs)
+        except RedisLockError as exc:
+            raise CeleryCommandException(str(exc), EX_FAILURE) from None
 
     return cast(_F, wrapper)
 

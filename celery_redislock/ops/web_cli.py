@@ -64,6 +64,14 @@ def _loopback(host: str) -> bool:
     "Off loopback it needs --auth.",
 )
 @click.option(
+    "--allow-holds",
+    cls=CeleryOption,
+    is_flag=True,
+    help_group="Web Options",
+    help="Let the page hold calls and lift holds (a POST with a CSRF token); read-only without. "
+    "Off loopback it needs --auth.",
+)
+@click.option(
     "--poll-interval",
     cls=CeleryOption,
     type=click.FloatRange(min=0.5),
@@ -88,14 +96,15 @@ def web(
     port: int,
     auth: str | None,
     allow_release: bool,
+    allow_holds: bool,
     poll_interval: float,
     refresh: int,
 ) -> None:
     """Serve a page of the held locks, the rate limits and the workers'
     counters over time, on http://HOST:PORT/ (127.0.0.1:8000 by default).
 
-    Read-only unless --allow-release (which needs --auth on any address but
-    loopback). Every value read from Redis is shown as text. The page is a
+    Read-only unless --allow-release or --allow-holds (each needs --auth on
+    any address but loopback). Every value read from Redis is shown as text. The page is a
     WSGI app: to mount it in a Django, Flask or FastAPI app, see
     celery_redislock.ops.web.create_app.
     """
@@ -114,13 +123,17 @@ def web(
         raise click.BadParameter(str(exc), param_hint="--auth") from None
     cli = cli_of(ctx)
     if not _loopback(host) and credentials is None:
-        if allow_release:
-            # Anyone who reaches the page could read a confirmation page's CSRF token and post it.
-            raise click.UsageError(
-                f"--allow-release on --host {host} needs --auth: without it anyone who reaches "
-                "the page could release locks (give --auth USER:PASSWORD or a TOKEN, or serve on "
-                "127.0.0.1)"
-            )
+        for flag, allowed, what in (
+            ("--allow-release", allow_release, "release locks"),
+            ("--allow-holds", allow_holds, "hold calls"),
+        ):
+            if allowed:
+                # Anyone who reaches the page could read its CSRF token and post it.
+                raise click.UsageError(
+                    f"{flag} on --host {host} needs --auth: without it anyone who reaches "
+                    f"the page could {what} (give --auth USER:PASSWORD or a TOKEN, or serve on "
+                    "127.0.0.1)"
+                )
         cli.error(
             f"Warning: serving on {host} without --auth: anyone who reaches it sees the locks, "
             "their keys and holders (read-only)"
@@ -130,12 +143,14 @@ def web(
     page = create_app(
         cli.app,
         allow_release=allow_release,
+        allow_holds=allow_holds,
         auth=credentials,
         poll_interval=poll_interval,
         refresh=refresh,
         hosts=hosts,
     )
-    mode = "releases allowed" if allow_release else "read-only"
+    kinds = [what for what, on in (("releases", allow_release), ("holds", allow_holds)) if on]
+    mode = " and ".join(kinds) + " allowed" if kinds else "read-only"
     cli.echo(f"celery_redislock web: http://{host}:{port}/ ({mode})")
     try:
         waitress.serve(page, host=host, port=port, threads=4, ident="celery_redislock")

@@ -46,6 +46,7 @@ REPORTED = (
     "fair_capped",
     "fair_due",
     "fair_healed",
+    "held",
     "rate_adapted",
 )
 

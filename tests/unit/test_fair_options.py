@@ -15,6 +15,7 @@ import celery_redislock.modes  # noqa: F401  (registers the modes and the gates)
 from celery_redislock import OptionError, SingletonTask
 from celery_redislock.config.options import resolve, validate
 from celery_redislock.gates.fair_share import GATE, lane_route
+from celery_redislock.gates.task_holds import GATE as HOLDS
 from celery_redislock.integration.bootstep import gate_queues
 from celery_redislock.integration.queues import base_queue, consumed_queue, destination, lane_name
 from celery_redislock.integration.runtime import reset_runtime, runtime_for
@@ -114,9 +115,9 @@ def test_valid_on_the_task_in_redislock_options_and_in_redislock_queues(app: Cel
     def own(account: str) -> None: ...
 
     runtime = runtime_for(app)
-    assert runtime.plan(sync._get_current_object(), None).gates == ()
+    assert runtime.plan(sync._get_current_object(), None).gates == (HOLDS,)  # every call may be held
     api = runtime.plan(sync._get_current_object(), "api")
-    assert api.gates == (GATE,) and api.options.value("fair_lanes") == 8
+    assert api.gates == (GATE, HOLDS) and api.options.value("fair_lanes") == 8
     assert runtime.plan(own._get_current_object(), None).options.value("fair_lanes") == 4
     # A worker consuming both queues consumes the lanes each says it has, once each.
     lanes = gate_queues(app, ["celery", "api"])

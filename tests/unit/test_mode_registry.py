@@ -99,9 +99,9 @@ SCRIPT = textwrap.dedent(
 
     task = stamped._get_current_object()
     plan = runtime_for(app).plan(task, None)
-    assert plan.mode.name == "stamp" and plan.gates == ()
+    assert plan.mode.name == "stamp" and [g.name for g in plan.gates] == ["operator_holds"]
     plan = runtime_for(app).plan(task, "audited")
-    assert plan.mode.name == "stamp" and [g.name for g in plan.gates] == ["audit"]
+    assert plan.mode.name == "stamp" and [g.name for g in plan.gates] == ["operator_holds", "audit"]
 
     for number, bad in enumerate(({"stamp": "yes"}, {"stamp": True, "max_concurrency": 2})):
         try:

@@ -15,6 +15,7 @@ from celery_redislock import OptionError, SingletonTask
 from celery_redislock.config.options import LockOptions, resolve, validate
 from celery_redislock.engine.rates import Rate, parse_rate, rate_of
 from celery_redislock.gates.rate_limit import GATE
+from celery_redislock.gates.task_holds import GATE as HOLDS
 from celery_redislock.integration.runtime import runtime_for
 
 TASK = "task 'proj.sync'"
@@ -61,18 +62,19 @@ def test_valid_on_the_task_in_redislock_options_and_in_redislock_queues(app: Cel
 
     runtime = runtime_for(app)
     plan = runtime.plan(sync._get_current_object(), None)
-    assert plan.gates == (GATE,) and plan.options.value("global_rate_limit") == "100/m"
+    assert plan.gates == (HOLDS, GATE) and plan.options.value("global_rate_limit") == "100/m"
     plan = runtime.plan(sync._get_current_object(), "api")
     assert plan.options.value("global_rate_limit") == "5/s"
     assert plan.options.value("rate_limit_key") == ("account",)
     assert runtime.plan(own._get_current_object(), "api").options.value("global_rate_limit") == "1/h"
 
 
-def test_no_gate_without_a_rate(app: Celery) -> None:
+def test_no_rate_gate_without_a_rate(app: Celery) -> None:
     @app.task(base=SingletonTask, shared=False, name="proj.free")
     def free() -> None: ...
 
-    assert runtime_for(app).plan(free._get_current_object(), None).gates == ()
+    # The operator's holds only: every call may be held.
+    assert runtime_for(app).plan(free._get_current_object(), None).gates == (HOLDS,)
 
 
 def test_a_bad_rate_in_the_app_configuration_is_named_there(app: Celery) -> None:

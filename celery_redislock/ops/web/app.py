@@ -1,5 +1,6 @@
 """The web page as a Flask (WSGI) app: the held locks, the modes' keys and the rate limits, the
-workers' counters over time, and, when allowed, a lock's release through a confirmed POST."""
+operator's holds, the workers' counters over time, and, when allowed, a lock's release through a
+confirmed POST, and holds set and lifted by a POST (``holds_web``)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ..listing import release_held, task_of
 from .display import breakable
 from .guard import CSRF_FIELD, Auth, csrf_token, harden, valid_csrf
 from .history import CounterHistory, StatsPoller
+from .holds_web import add_hold_routes
 from .views import TENANT_SORTS, SeenSince, check_task_filter, lock_table, overview, page_problem
 
 __all__ = ["WebState", "create_app"]
@@ -32,9 +34,17 @@ PAGE_ROWS = 100
 class WebState:
     """What one page app keeps: its Celery app, permissions, and the counters' history."""
 
-    def __init__(self, app: Celery, allow_release: bool, auth: Auth | None, poller: StatsPoller) -> None:
+    def __init__(
+        self,
+        app: Celery,
+        allow_release: bool,
+        auth: Auth | None,
+        poller: StatsPoller,
+        allow_holds: bool = False,
+    ) -> None:
         self.app = app
         self.allow_release = allow_release
+        self.allow_holds = allow_holds
         self.auth = auth
         self.poller = poller
         self.seen = SeenSince()
@@ -48,6 +58,7 @@ def create_app(
     app: Celery,
     *,
     allow_release: bool = False,
+    allow_holds: bool = False,
     auth: Auth | None = None,
     secret_key: str | bytes | None = None,
     poll_interval: float = 5.0,
@@ -57,7 +68,8 @@ def create_app(
 ) -> Flask:
     """The page of ``app``'s locks, a WSGI app to serve or to mount under a path.
 
-    Read-only unless ``allow_release``. ``auth``: ``guard.parse_auth("user:password")`` or a
+    Read-only unless ``allow_release`` (locks released) or ``allow_holds`` (calls held and holds
+    lifted: ``ops.holds``). ``auth``: ``guard.parse_auth("user:password")`` or a
     token. ``secret_key`` signs the session cookie that keeps the CSRF token: give the same one
     to every process serving the page (by default each process draws its own). The workers'
     counters are polled every ``poll_interval`` seconds from the first view; the last
@@ -73,9 +85,12 @@ def create_app(
         SESSION_COOKIE_SAMESITE="Strict",
         MAX_CONTENT_LENGTH=1024 * 1024,
     )
-    state = WebState(app, allow_release, auth, StatsPoller(app, CounterHistory(history), poll_interval))
+    poller = StatsPoller(app, CounterHistory(history), poll_interval)
+    state = WebState(app, allow_release, auth, poller, allow_holds)
     web.extensions["redislock"] = state
-    web.jinja_env.globals.update(csrf_field=CSRF_FIELD, csrf_token=csrf_token, allow_release=allow_release)
+    web.jinja_env.globals.update(
+        csrf_field=CSRF_FIELD, csrf_token=csrf_token, allow_release=allow_release, allow_holds=allow_holds
+    )
     web.jinja_env.filters["zip"] = zip
     web.jinja_env.filters["clock"] = _clock
     web.jinja_env.filters["breakable"] = breakable
@@ -193,6 +208,7 @@ def create_app(
         back = {k: v for k, v in (("task", request.form.get("task", "")),) if v}
         return redirect(url_for("index") + (f"?{urlencode(back)}" if back else ""), 303)
 
+    add_hold_routes(web, app, allow_holds)
     return web
 
 

@@ -12,6 +12,7 @@ from ...engine.timing import micros_time, server_time, ttl_seconds
 from ...gates.rate_calls import named_base
 from ...integration.runtime import Runtime
 from ..fair import running_counts, show_fair
+from ..holds import Hold, show_holds
 from ..inventory import mode_keys
 from ..limits import LimitInfo, show_limits
 from ..listing import Lock, held_locks, lock_pattern
@@ -107,6 +108,8 @@ class Overview:
     limit_pages: int
     #: None where the app has no fair share to show (the section is left out).
     tenants: TenantPage | None
+    #: The operator's holds in force (``ops.holds``).
+    holds: list[Hold]
 
 
 class SeenSince:
@@ -209,7 +212,7 @@ def overview(
     limits = show_limits(app, (limit_page - 1) * rows, rows)
     limit_pages = max([1, *(-(-info.found // rows) for info in limits)])
     tenants = waiting_tenants(app, tenant_page, tenant_sort, rows)
-    return Overview(locks, modes, limits, limit_page, limit_pages, tenants)
+    return Overview(locks, modes, limits, limit_page, limit_pages, tenants, show_holds(app))
 
 
 def waiting_tenants(app: Any, page: int, sort: str, rows: int) -> TenantPage | None:
