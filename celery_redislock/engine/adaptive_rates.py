@@ -93,8 +93,10 @@ class AdaptiveRate:
     #: the last overload's rate (before it, slow start: one call a second a success).
     fast_growth: float = 0.1
     slow_growth: float = 0.02
-    #: The factor an overload, and a slow call, cut the rate by.
+    #: The factor an overload, and a slow call, cut the rate by; an overload at or below the
+    #: last one's rate (the partner's known capacity) by ``near_cut``.
     cut: float = 0.8
+    near_cut: float = 0.9
     gentle_cut: float = 0.95
     #: Seconds the last overload's rate must hold before the rate grows fast past it again.
     probe: float = 10.0
@@ -152,6 +154,7 @@ def report_call(
         str(to_ms(spec.probe)),
         repr(spec.step),
         spec.rule,
+        repr(spec.near_cut),
     ]
     reply: Any = scripts.run(ADAPT, [*limit_keys(log), adaptive_key(log)], args)
     if not int(reply[0]):

@@ -3,7 +3,8 @@
 -- The rule (docs/design.md, "Adaptive limits"), 'default': slow start, then a remembered peak.
 -- Until the first overload each success adds one call a second (the rate doubles each second, as
 -- TCP's slow start does); an overload cuts the rate by a factor and remembers the rate it came at
--- (the peak); below the peak a success adds a share of a call (fast far from it, slowly near it);
+-- (the peak), by less when it comes at or below the peak (the partner's known capacity, met by
+-- a bunch of calls, not passed); below the peak a success adds a share of a call (fast far from it, slowly near it);
 -- once the peak has held for a probe time the partner may have room again, and the rate grows
 -- fast past it. A cut is made once per reaction: a call that started before the last cut was
 -- decided under the old rate and says nothing of the new one. A latency above the target cuts
@@ -22,6 +23,7 @@
 -- ARGV[15]    the rule: 'default', 'aimd' (one call a second more each second, the same cuts) or
 --             'gradient' (sqrt(rate) more each second, cut by the latency's gradient against its
 --             long average, and by the overload cut)
+-- ARGV[16]    the cut factor of an overload at or below the peak ('default')
 -- Returns     {1 if the published rate changed, the old rate, the new rate, the reason} (rates as
 --             text: Lua numbers would be cut to integers)
 local time = redis.call('TIME')
@@ -31,6 +33,7 @@ local name, kind, elapsed, reason = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local floor, ceiling, start, burst = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local fast, slow, cut, gentle = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
 local probe, step, rule = tonumber(ARGV[13]), tonumber(ARGV[14]), ARGV[15] or 'default'
+local near_cut = tonumber(ARGV[16]) or cut
 
 local fields = redis.call('HMGET', state, '~rate', '~value', '~peak', '~cut', '~grown', '~latency')
 local value = tonumber(fields[2]) or start
@@ -73,9 +76,10 @@ elseif now - elapsed < cut_at then
   return {0, tostring(value), tostring(value), ''}  -- decided under the rate before the last cut
 else
   if kind == 'over' then
+    local near = rule == 'default' and not starting and value <= peak * 1.05
     peak = value
     starting = false
-    rate = bounded(math.min(rate, value) * cut)
+    rate = bounded(math.min(rate, value) * (near and near_cut or cut))
   else
     rate = bounded(math.min(rate, value) * gentle)
   end
