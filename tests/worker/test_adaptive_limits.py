@@ -59,6 +59,7 @@ class Load:
         self.send = task.sender(app)
         self.coord, self.tag, self.backlog = coord, tag, backlog
         self.sent = 0
+        self.ids: dict[int, str] = {}
 
     def served(self) -> list[int]:
         return [int(n) for n in self.coord.lrange(f"served:{self.tag}", 0, -1)]
@@ -66,7 +67,7 @@ class Load:
     def top_up(self) -> None:
         wanted = self.coord.llen(f"served:{self.tag}") + self.backlog
         for n in range(self.sent, wanted):
-            self.send.delay(self.tag, n)
+            self.ids[n] = self.send.delay(self.tag, n).id
         self.sent = max(self.sent, wanted)
 
     def until(self, condition: Callable[[], Any], timeout: float) -> Any:
@@ -135,7 +136,7 @@ def test_an_adaptive_limit_finds_the_partners_capacity_from_a_slow_start_and_fol
             line
             for w in workers
             for line in w.log().splitlines()
-            if any(f"'follow', {n})" in line or f'"follow", {n}]' in line for n in missing())
+            if any(load.ids[n] in line for n in missing())
         )
         assert sorted(load.served()) == list(range(sent))
         # Each change is one INFO line of the worker that made it.
