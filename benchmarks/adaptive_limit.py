@@ -1,18 +1,25 @@
-"""An adaptive named limit against a real HTTP partner that serves C calls a second and answers
-429 (with Retry-After) above that, beside a fixed limit set at the first C, in the same run.
+"""An adaptive named limit against a real HTTP partner that serves C calls a second and answers 429
+(with Retry-After) above that, beside a fixed limit set at the first C, in the same run.
 
     python -m benchmarks.adaptive_limit [--capacities 5,20,50] [--settle 30] [--hold 60]
-                                        [--workers 2,4] [--out docs/_static] [--redis-server ...]
+                                        [--workers 2,4] [--concurrency 4] [--rules default]
+                                        [--scenarios converge,follow] [--out docs/_static]
+                                        [--redis-server ...]
 
 One redis-server (broker, results, locks); the partner (``tests.harness.partner``) in this
-process; ``--workers`` prefork workers (-c 4) whose task calls the partner and raises
-``RateLimitPaused(Retry-After)`` on a 429. A load keeps a backlog of calls waiting. Scenarios:
-for each C, the adaptive limit (floor 1/s, ceiling 4 C, start 1/s) converging then holding;
-then C doubling and halving ("follow"), for the adaptive limit and a fixed one at the first C.
-Figures: the served rate over the ``--settle`` window's last 5 s and the 429 share of the
-``--hold`` window after it (converge); the served share of the new C 30 s after the doubling and
-the 429 share of the 10 s after the halving (follow). A PNG a scenario (served calls and 429s a
-second over time) goes into ``--out``; the figures are printed as a Markdown table.
+process; ``--workers`` prefork workers (``-c --concurrency``) whose task calls the partner and
+raises ``RateLimitPaused(Retry-After)`` on a 429. A load keeps a backlog of calls waiting.
+Scenarios, for each rule of ``--rules`` (the limit's ``rule``: ``default``, ``aimd``,
+``gradient``): for each C, the adaptive limit (floor 1/s, ceiling 4 C, start 1/s) converging
+then holding ("converge"); then C at the middle capacity, doubled after ``--settle``, halved
+below the first C (to C/2) ``--settle`` later and held ``--settle`` ("follow"), for the adaptive
+limit and, once, a fixed limit at the first C.
+Figures: the served rate over the ``--settle`` window's last 5 s, the first second from which
+3 s average 90 % of C, and the 429 share of the ``--hold`` window after it (converge); the
+served share of the new C over the last 5 s before the halving, and the 429 share from 10 s after
+the halving to the end, and the seconds after the halving until every 5 s window after has
+under 5 % 429s (follow). A PNG a scenario (served calls and 429s a second over time) goes into
+``--out``; the figures are printed as a Markdown table.
 """
 
 from __future__ import annotations
@@ -32,9 +39,12 @@ from celery import Celery
 
 from celery_redislock import SingletonTask
 from celery_redislock.contrib.testing import RedisServer, WorkerProcess, poll
+from celery_redislock.engine.adaptive_rates import RULES
 from tests.harness.partner import Partner
 
 from .servers import add_server_option, server_executable
+
+SCENARIOS = ("converge", "follow")
 
 WORKER_MODULE = """
 import urllib.error, urllib.request
@@ -83,7 +93,13 @@ class Run:
     """A partner, workers on one limit (``limit``: adaptive dict or fixed rate) and a load."""
 
     def __init__(
-        self, server: RedisServer, partner: Partner, limit: Any, workers: int, workdir: Path
+        self,
+        server: RedisServer,
+        partner: Partner,
+        limit: Any,
+        args: argparse.Namespace,
+        workers: int,
+        workdir: Path,
     ) -> None:
         self.partner = partner
         base = f"redis://127.0.0.1:{server.port}"
@@ -93,7 +109,9 @@ class Run:
         name = f"bench_adaptive_{time.monotonic_ns()}"
         (workdir / f"{name}.py").write_text(textwrap.dedent(module))
         self.workers = [
-            WorkerProcess(workdir, name, ["-P", "prefork", "-c", "4", "-n", f"w{i}-{name}@bench"])
+            WorkerProcess(
+                workdir, name, ["-P", "prefork", "-c", str(args.concurrency), "-n", f"w{i}-{name}@bench"]
+            )
             for i in range(workers)
         ]
         for worker in self.workers:
@@ -152,18 +170,43 @@ def share(values: list[int], others: list[int]) -> float:
     return sum(values) / max(1, sum(values) + sum(others))
 
 
+def reached_after(line: Timeline, start: int, target: float) -> float:
+    """The first second from ``start`` from which 3 s average ``target`` calls a second (inf: never)."""
+    for at in range(start, len(line.served) - 2):
+        if sum(line.served[at : at + 3]) / 3 >= target:
+            return float(at - start)
+    return float("inf")
+
+
+def calm_after(line: Timeline, start: int, bound: float = 0.05) -> float:
+    """Seconds from ``start`` until every 5 s window after it has under ``bound`` 429s (inf: never)."""
+    calm = float("inf")
+    for at in range(len(line.served) - 5, start - 1, -1):
+        if share(line.refused[at : at + 5], line.served[at : at + 5]) >= bound:
+            break
+        calm = float(at - start)
+    return calm
+
+
+def adaptive(capacity: float, rule: str) -> dict[str, Any]:
+    """The adaptive limit of the scenarios: floor 1/s, ceiling 4 C, start 1/s."""
+    limit: dict[str, Any] = {"floor": 1, "ceiling": 4 * capacity, "start": 1}
+    if rule != "default":
+        limit["rule"] = rule
+    return limit
+
+
 def converge(
-    server: RedisServer, capacity: float, args: argparse.Namespace, workers: int, workdir: Path
+    server: RedisServer, capacity: float, rule: str, args: argparse.Namespace, workers: int, workdir: Path
 ) -> Timeline:
-    limit = {"floor": 1, "ceiling": 4 * capacity, "start": 1}
     with Partner(capacity=capacity) as partner:
-        run = Run(server, partner, limit, workers, workdir)
+        run = Run(server, partner, adaptive(capacity, rule), args, workers, workdir)
         try:
             begin = partner.now()
             run.keep_busy(args.settle + args.hold, backlog=max(20, int(capacity * 2)))
             line = timeline(
                 partner,
-                f"converge C={capacity:g}/s, {workers} workers",
+                f"converge {rule}, C={capacity:g}/s, {workers} workers",
                 begin,
                 partner.now(),
                 lambda _: capacity,
@@ -174,6 +217,7 @@ def converge(
     held = slice(int(args.settle), None)
     line.figures = {
         "reached": sum(settled) / max(1, len(settled)) / capacity,
+        "90 % of C after (s)": reached_after(line, 0, 0.9 * capacity),
         "429 share": share(line.refused[held], line.served[held]),
     }
     return line
@@ -188,14 +232,15 @@ def follow(
     workers: int,
     workdir: Path,
 ) -> Timeline:
-    """C at ``first``, doubled after ``settle``, halved ``settle`` later; held ``hold`` / 2 after."""
-    phases = (args.settle, 2 * args.settle, 2 * args.settle + args.hold / 2)
+    """C at ``first``, doubled after ``settle``, halved below the first (to ``first`` / 2)
+    ``settle`` later, held ``settle`` after."""
+    phases = (args.settle, 2 * args.settle, 3 * args.settle)
 
     def capacity_at(at: float) -> float:
-        return first if at < phases[0] else 2 * first if at < phases[1] else first
+        return first if at < phases[0] else 2 * first if at < phases[1] else first / 2
 
     with Partner(capacity=first) as partner:
-        run = Run(server, partner, limit, workers, workdir)
+        run = Run(server, partner, limit, args, workers, workdir)
         try:
             begin = partner.now()
 
@@ -205,7 +250,7 @@ def follow(
             run.keep_busy(phases[2], backlog=max(20, int(first * 4)), on_second=each_second)
             line = timeline(
                 partner,
-                f"follow {label}, C={first:g}/s doubled then halved",
+                f"follow {label}, C={first:g}/s doubled then halved to {first / 2:g}/s",
                 begin,
                 partner.now(),
                 capacity_at,
@@ -213,10 +258,13 @@ def follow(
         finally:
             run.stop()
     doubled = line.served[int(phases[1]) - 5 : int(phases[1])]
-    after_halving = slice(int(phases[1]) + 10, int(phases[1]) + 20)
+    halved = int(phases[1])
+    after_halving = slice(halved + 10, None)
     line.figures = {
         "doubled reached": sum(doubled) / max(1, len(doubled)) / (2 * first),
-        "429 share 10-20 s after halving": share(line.refused[after_halving], line.served[after_halving]),
+        "90 % of 2 C after (s)": reached_after(line, int(phases[0]), 0.9 * 2 * first),
+        "429 share from 10 s after halving": share(line.refused[after_halving], line.served[after_halving]),
+        "429s under 5 % after halving (s)": calm_after(line, halved),
     }
     return line
 
@@ -249,24 +297,17 @@ def run(args: argparse.Namespace) -> list[Timeline]:
     with RedisServer(server_executable(args.redis_server)) as server, tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         for workers in args.workers:
-            for capacity in args.capacities:
-                lines.append(converge(server, capacity, args, workers, workdir))
             first = args.capacities[len(args.capacities) // 2]
-            adaptive = {"floor": 1, "ceiling": 8 * first, "start": first}
-            lines.append(
-                follow(server, first, adaptive, f"adaptive, {workers} workers", args, workers, workdir)
-            )
-            lines.append(
-                follow(
-                    server,
-                    first,
-                    f"{first:g}/s",
-                    f"fixed {first:g}/s, {workers} workers",
-                    args,
-                    workers,
-                    workdir,
-                )
-            )
+            for rule in args.rules:
+                if "converge" in args.scenarios:
+                    for capacity in args.capacities:
+                        lines.append(converge(server, capacity, rule, args, workers, workdir))
+                if "follow" in args.scenarios:
+                    label = f"adaptive {rule}, {workers} workers"
+                    lines.append(follow(server, first, adaptive(first, rule), label, args, workers, workdir))
+            if "follow" in args.scenarios and args.fixed:
+                label = f"fixed {first:g}/s, {workers} workers"
+                lines.append(follow(server, first, f"{first:g}/s", label, args, workers, workdir))
     return lines
 
 
@@ -274,7 +315,8 @@ def report(lines: list[Timeline], plots: list[Path]) -> str:
     rows = ["| Scenario | Figure | Value |", "| --- | --- | --- |"]
     for line in lines:
         for name, value in line.figures.items():
-            rows.append(f"| {line.name} | {name} | {value:.0%} |")
+            shown = f"{value:g}" if "(s)" in name else f"{value:.0%}"
+            rows.append(f"| {line.name} | {name} | {shown} |")
     rows.append("")
     rows += [f"Plot: {path.name}" for path in plots]
     return "\n".join(rows)
@@ -288,6 +330,17 @@ def _numbers(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
             raise argparse.ArgumentTypeError(f"must be comma-separated numbers, got {text!r}") from None
         if not values or any(value <= 0 for value in values):
             raise argparse.ArgumentTypeError(f"must be numbers > 0, got {text!r}")
+        return values
+
+    return parse
+
+
+def _names(known: tuple[str, ...]) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        values = [each.strip() for each in text.split(",")]
+        wrong = [each for each in values if each not in known]
+        if wrong:
+            raise argparse.ArgumentTypeError(f"must be of {', '.join(known)}, got {wrong[0]!r}")
         return values
 
     return parse
@@ -307,6 +360,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hold", type=float, default=60.0, help="seconds measured after converging")
     parser.add_argument(
         "--workers", type=_numbers(int), default=[2, 4], help="numbers of workers sharing the limit"
+    )
+    parser.add_argument("--concurrency", type=int, default=4, help="each worker's -c")
+    parser.add_argument(
+        "--rules",
+        type=_names(RULES),
+        default=["default"],
+        help=f"the adaptive limit's rules to run, of {', '.join(RULES)}",
+    )
+    parser.add_argument(
+        "--scenarios", type=_names(SCENARIOS), default=list(SCENARIOS), help="converge, follow"
+    )
+    parser.add_argument(
+        "--no-fixed", dest="fixed", action="store_false", help="no fixed limit beside the follow scenario"
     )
     parser.add_argument("--out", type=Path, default=Path("docs/_static"), help="where the PNG plots go")
     add_server_option(parser)

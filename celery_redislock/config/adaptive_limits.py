@@ -8,7 +8,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from ..engine.adaptive_rates import AdaptiveRate, per_second
+from ..engine.adaptive_rates import RULES, AdaptiveRate, per_second
 from ..engine.checks import BadValue, check_count, got, positive_seconds
 from ..errors import OptionError, short_repr
 
@@ -22,7 +22,14 @@ ADAPTIVE_KEYS: Mapping[str, str] = {
     "burst": "calls at most at once (an int >= 1, default 1)",
     "overload": "exceptions that report an overload: classes, or names ('TimeoutError', 'httpx.ReadTimeout')",
     "latency_target": "seconds above which a success reports a slow call (default: none)",
+    "rule": "how the rate moves: 'default', or 'aimd' / 'gradient' to compare (docs: design)",
 }
+
+
+def _rule(value: Any) -> str:
+    if value not in RULES:
+        raise BadValue(f"must be one of {', '.join(map(repr, RULES))}, got {short_repr(value)}")
+    return str(value)
 
 
 def _overload(value: Any) -> tuple[str, ...]:
@@ -69,8 +76,9 @@ def read_adaptive(name: str, value: Mapping[Any, Any], option: str, source: str)
     burst = checked("burst", check_count, 1)
     overload = checked("overload", _overload, ())
     latency = checked("latency_target", lambda given: None if given is None else positive_seconds(given))
+    rule = checked("rule", _rule, "default")
     if floor > ceiling:
         raise wrong(f"a floor ({floor:g}/s) above its ceiling ({ceiling:g}/s)")
     if not floor <= start <= ceiling:
         raise wrong(f"a start ({start:g}/s) outside its floor and ceiling ({floor:g}/s to {ceiling:g}/s)")
-    return AdaptiveRate(floor, ceiling, start, burst, overload, latency)
+    return AdaptiveRate(floor, ceiling, start, burst, overload, latency, rule)

@@ -24,6 +24,7 @@ from .timing import to_ms, to_seconds
 __all__ = [
     "ADAPT",
     "KINDS",
+    "RULES",
     "AdaptiveRate",
     "AdaptiveState",
     "RateChange",
@@ -37,6 +38,10 @@ ADAPT = package_script(__package__, "rate_adapt.lua")
 
 #: What a call reports: a success, an overload (a 429, a named exception), a slow success.
 KINDS = ("ok", "over", "slow")
+
+#: The rules a limit's rate can move by: the package's (slow start, then a remembered peak) and
+#: the two it was measured against (docs/design.md, "Adaptive limits").
+RULES = ("default", "aimd", "gradient")
 
 #: The slowest rate the wire form holds: one call an hour.
 SLOWEST = 1 / 3600
@@ -74,7 +79,8 @@ class AdaptiveRate:
     ``floor`` and ``ceiling`` (calls a second), one call every 1/rate seconds with at most
     ``burst`` at once. ``overload``: names of exceptions that report an overload (a class's name
     or ``module.Name``, matched along the raised one's classes); ``latency_target``: seconds above
-    which a success reports a slow call (None: latency is not looked at)."""
+    which a success reports a slow call (None: latency is not looked at); ``rule``: one of
+    ``RULES``."""
 
     floor: float
     ceiling: float
@@ -82,11 +88,15 @@ class AdaptiveRate:
     burst: int = 1
     overload: tuple[str, ...] = ()
     latency_target: float | None = None
-    #: Rate added by each success (calls a second), far from and near the last overload's rate.
+    rule: str = "default"
+    #: Rate added by each success (calls a second) after the first overload, far from and near
+    #: the last overload's rate (before it, slow start: one call a second a success).
     fast_growth: float = 0.1
-    slow_growth: float = 0.01
-    #: The factor an overload, and a slow call, cut the rate by.
+    slow_growth: float = 0.02
+    #: The factor an overload, and a slow call, cut the rate by; an overload at or below the
+    #: last one's rate (the partner's known capacity) by ``near_cut``.
     cut: float = 0.8
+    near_cut: float = 0.9
     gentle_cut: float = 0.95
     #: Seconds the last overload's rate must hold before the rate grows fast past it again.
     probe: float = 10.0
@@ -143,6 +153,8 @@ def report_call(
         repr(spec.gentle_cut),
         str(to_ms(spec.probe)),
         repr(spec.step),
+        spec.rule,
+        repr(spec.near_cut),
     ]
     reply: Any = scripts.run(ADAPT, [*limit_keys(log), adaptive_key(log)], args)
     if not int(reply[0]):

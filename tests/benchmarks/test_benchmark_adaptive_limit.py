@@ -19,12 +19,15 @@ def test_the_adaptive_limit_benchmark_prints_its_table_and_plots(
     args = ["--capacities", "5", "--settle", "6", "--hold", "4", "--workers", "1", "--out", str(tmp_path)]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "| converge C=5/s, 1 workers | reached |" in out
-    assert "| follow fixed 5/s, 1 workers, C=5/s doubled then halved | doubled reached |" in out
+    assert "| converge default, C=5/s, 1 workers | reached |" in out
+    assert "| follow fixed 5/s, 1 workers, C=5/s doubled then halved to 2.5/s | doubled reached |" in out
     assert len(list(tmp_path.glob("adaptive-*.png"))) == 3
 
 
-def test_a_bad_capacity_is_refused_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_capacity_or_rule_is_refused_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--capacities", "5,-1"])
     assert "must be numbers > 0, got '5,-1'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--rules", "aimd,vegas"])
+    assert "must be of default, aimd, gradient, got 'vegas'" in capsys.readouterr().err

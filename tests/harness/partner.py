@@ -133,7 +133,8 @@ class Partner:
                     self.send_response(200)
                 else:
                     self.send_response(429)
-                    after = f"{wait:.3f}" if partner.fractional else str(max(1, math.ceil(wait)))
+                    # Never "0.000" (a token almost refilled): a Retry-After of 0 is no wait.
+                    after = f"{max(wait, 0.001):.3f}" if partner.fractional else str(max(1, math.ceil(wait)))
                     self.send_header("Retry-After", after)
                 self.send_header("Content-Length", "0")
                 self.end_headers()

@@ -141,6 +141,10 @@ def test_an_adaptive_limit_reads_its_bounds_in_calls_a_second_or_rates() -> None
             {"floor": 1, "ceiling": 5, "overload": [3]},
             "a wrong 'overload': overload must be exception classes",
         ),
+        (
+            {"floor": 1, "ceiling": 5, "rule": "vegas"},
+            "a wrong 'rule': rule must be one of 'default', 'aimd', 'gradient', got 'vegas'",
+        ),
     ],
 )
 def test_a_wrong_adaptive_limit_names_the_limit_and_what_is_wrong(value: Any, says: str) -> None:

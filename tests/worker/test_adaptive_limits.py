@@ -16,7 +16,7 @@ import redis
 from celery import Celery
 
 from celery_redislock.contrib.testing import poll
-from celery_redislock.engine.adaptive_rates import adaptive_state
+from celery_redislock.engine.adaptive_rates import adaptive_key, adaptive_state
 from celery_redislock.gates.rate_calls import named_log
 from celery_redislock.integration.runtime import runtime_for
 from tests.harness.partner import Partner
@@ -59,6 +59,7 @@ class Load:
         self.send = task.sender(app)
         self.coord, self.tag, self.backlog = coord, tag, backlog
         self.sent = 0
+        self.ids: dict[int, str] = {}
 
     def served(self) -> list[int]:
         return [int(n) for n in self.coord.lrange(f"served:{self.tag}", 0, -1)]
@@ -66,7 +67,7 @@ class Load:
     def top_up(self) -> None:
         wanted = self.coord.llen(f"served:{self.tag}") + self.backlog
         for n in range(self.sent, wanted):
-            self.send.delay(self.tag, n)
+            self.ids[n] = self.send.delay(self.tag, n).id
         self.sent = max(self.sent, wanted)
 
     def until(self, condition: Callable[[], Any], timeout: float) -> Any:
@@ -87,13 +88,13 @@ def rate_over(partner: Partner, seconds: float) -> tuple[float, float]:
     return ok / seconds, refused / max(1, ok + refused)
 
 
-def test_an_adaptive_limit_finds_the_partners_capacity_and_follows_it_down(
+def test_an_adaptive_limit_finds_the_partners_capacity_from_a_slow_start_and_follows_it(
     coord: redis.Redis, locks: redis.Redis, deployment: Deployment
 ) -> None:
     # Seen red with the gate deciding by the declared start (its state not read: the rate stayed
-    # at 2/s, the partner at 10/s) and with the reports not sent (no state, no change counted).
+    # at 1/s, the partner at 10/s) and with the reports not sent (no state, no change counted).
     task = partner_task("adaptive.follow")
-    limit = {"floor": 1, "ceiling": 40, "start": 2}
+    limit = {"floor": 1, "ceiling": 40, "start": 1}
     with Partner(capacity=10) as partner:
         names = [node("adapt-a"), node("adapt-b")]
         # Two workers: one state in Redis decides for both.
@@ -101,32 +102,41 @@ def test_an_adaptive_limit_finds_the_partners_capacity_and_follows_it_down(
             deployment.start(task, "-c", "3", "-n", name, module=module(partner, limit)) for name in names
         ]
         app = deployment.app()
+        log = named_log(runtime_for(app).settings.key_prefix, "partner")
         load = Load(app, task, coord, "follow", backlog=30)
-        reached = load.until(lambda: partner.now() > 5 and rate_over(partner, 5)[0] >= 5, timeout=40)
-        assert reached, (
-            f"served {rate_over(partner, 5)[0]:.1f}/s over the last 5 s after 40 s, the partner at 10/s"
-        )
-        state = adaptive_state(locks, named_log(runtime_for(app).settings.key_prefix, "partner"))
-        assert state is not None and state.rate > 2 and 1 <= state.floor <= state.ceiling == 40
-        partner.capacity = 4  # more than halved: the limit must come down to it
+        reached = load.until(lambda: partner.now() > 5 and rate_over(partner, 5)[0] >= 6, timeout=60)
+        assert reached, f"served {rate_over(partner, 5)[0]:.1f}/s over the last 5 s after 60 s, C = 10/s"
+        state = adaptive_state(locks, log)
+        assert state is not None and state.rate > 1 and 1 <= state.floor <= state.ceiling == 40
+        settled = partner.now()
+        assert load.until(lambda: partner.now() - settled >= 10, timeout=30)
+        assert rate_over(partner, 10)[1] < 0.2, f"{rate_over(partner, 10)[1]:.0%} 429s once converged"
+
+        partner.capacity = 20  # doubled: the limit must find the room
+        more = load.until(lambda: rate_over(partner, 5)[0] >= 12, timeout=60)
+        assert more, f"served {rate_over(partner, 5)[0]:.1f}/s 60 s after C doubled to 20/s"
+
+        partner.capacity = 4  # below the first C: the limit must come down to it
         halved = partner.now()
-        first = load.until(lambda: partner.now() - halved >= 5, timeout=30) and rate_over(partner, 5)[1]
         calmer = load.until(
-            lambda: partner.now() - halved >= 10 and rate_over(partner, 5)[1] < max(0.1, first / 2),
-            timeout=40,
+            lambda: partner.now() - halved >= 5 and rate_over(partner, 5)[1] < 0.2, timeout=40
         )
-        assert calmer, (
-            f"429s were {rate_over(partner, 5)[1]:.0%} of calls 40 s after the halving ({first:.0%} first)"
-        )
-        assert adaptive_state(locks, named_log(runtime_for(app).settings.key_prefix, "partner")).rate < 8  # type: ignore[union-attr]
+        assert calmer, f"429s were {rate_over(partner, 5)[1]:.0%} of calls 40 s after C fell to 4/s"
+        assert adaptive_state(locks, log).rate < 8  # type: ignore[union-attr]
         # Nothing lost, nothing run twice: every call sent is served, once.
         sent = load.sent
-        missing = lambda: sorted(set(range(sent)) - set(load.served()))  # noqa: E731
-        assert poll(lambda: not missing(), 60), f"{missing()} of {sent} not served; " + "\n".join(
+
+        def missing() -> list[int]:
+            return sorted(set(range(sent)) - set(load.served()))
+
+        assert poll(lambda: not missing(), 60), (
+            f"{missing()} of {sent} not served; the partner's answers to them: "
+            f"{[a for a in partner.answers if a.call in {str(n) for n in missing()}]}; "
+        ) + "\n".join(
             line
             for w in workers
             for line in w.log().splitlines()
-            if any(f"'follow', {n})" in line or f'"follow", {n}]' in line for n in missing())
+            if any(load.ids[n] in line for n in missing())
         )
         assert sorted(load.served()) == list(range(sent))
         # Each change is one INFO line of the worker that made it.
@@ -134,7 +144,52 @@ def test_an_adaptive_limit_finds_the_partners_capacity_and_follows_it_down(
         changes = sum(
             (stats_of(app, name) or {"counters": {}})["counters"].get("rate_adapted", 0) for name in names
         )
-        assert changes >= 2  # up, then down: each change counted by the worker that made it
+        assert changes >= 3  # up, up again, then down: each change counted by the worker that made it
+
+
+def test_the_rate_doubles_a_second_until_the_first_overload_then_grows_gently_near_it(
+    make_app: Callable[..., Celery], locks: redis.Redis
+) -> None:
+    # The rule alone, reported by hand to a real redis-server. Seen red with slow start off (a
+    # success added 0.1/s from the start: 1.9/s after 9 successes, not 10/s) and with one cut
+    # for every overload (80 %, not 90 %, near the peak).
+    from celery_redislock import OptionError, declare_limit
+    from celery_redislock.engine.adaptive_rates import report_call
+
+    app = make_app(redislock_limits={"partner": {"floor": 1, "ceiling": 100, "start": 1}})
+    runtime = runtime_for(app)
+    log = named_log(runtime.settings.key_prefix, "partner")
+    spec = runtime.settings.limits["partner"].adaptive
+    assert spec is not None
+
+    def report(kind: str, elapsed: float = 0.0) -> float:
+        report_call(runtime.scripts, log, "partner", spec, kind, elapsed, "429")
+        return float(locks.hget(adaptive_key(log), "~rate"))  # type: ignore[arg-type]
+
+    # Slow start: each success adds a call a second (rate r, r successes a second: doubles).
+    assert [report("ok") for _ in range(9)][-1] == 10.0
+    assert adaptive_state(locks, log).rate == 10.0  # type: ignore[union-attr]
+    # The first overload cuts to 80 % and remembers 10/s; a second one from a call started
+    # before that cut moves nothing (once per reaction).
+    assert report("over") == 8.0
+    assert report("over", elapsed=60.0) == 8.0
+    # Below 90 % of the peak a success adds 0.1/s, near it 0.02/s: no more doubling.
+    assert report("ok") == pytest.approx(8.1)
+    for _ in range(9):
+        report("ok")
+    assert report("ok") == pytest.approx(9.02)
+    assert adaptive_state(locks, log).peak == 10.0  # type: ignore[union-attr]
+    # An overload at or below the known peak (calls bunched at the partner's capacity, not an
+    # overshoot) cuts by less: to 90 % of the published rate.
+    published = adaptive_state(locks, log).rate  # type: ignore[union-attr]
+    assert published < 10.0
+    assert report("over") == pytest.approx(published * 0.9)
+
+    # A rule the package does not know is named, with the ones it does.
+    with pytest.raises(
+        OptionError, match="a wrong 'rule': rule must be one of 'default', 'aimd', 'gradient'"
+    ):
+        declare_limit(app, "other", {"floor": 1, "ceiling": 100, "rule": "vegas"})
 
 
 #: A body whose partner's overload is an exception the limit names, not a RateLimitPaused.
