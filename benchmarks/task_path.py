@@ -102,11 +102,16 @@ class CannedSocket:
             raise socket.timeout
         request = b"".join(self._sent)
         self._sent.clear()
+        # A write may carry more commands after its first (the call's record after the SET):
+        # each after a CLIENT REPLY SKIP, which the server answers nothing, nor the next.
+        more = b":1\r\n" * (request.count(b"\r\n*") - 2 * request.count(b"\r\nSKIP\r\n"))
         if b"\r\nSET\r\n" in request:
-            return b"+OK\r\n"
+            return b"+OK\r\n" + more
         if b"\r\nCOMMAND\r\n" in request:  # which conditional delete the server has
-            return self._commands
-        return b":1\r\n"
+            return self._commands + more
+        if b"\r\nREPLY\r\n$2\r\nON\r\n" in request:  # whether it takes CLIENT REPLY
+            return b"+OK\r\n"
+        return b":1\r\n" + more
 
     def settimeout(self, timeout: float | None) -> None:
         pass

@@ -26,6 +26,7 @@ from ..engine import (
     SlotResult,
 )
 from ..engine.counting import TaskTallies, count
+from ..engine.decision_record import LOCK_DECISION
 from ..engine.holders import (
     QUEUED_SUFFIX,
     any_delivery_prefix,
@@ -308,10 +309,10 @@ def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireRe
     # An execution takes over its own hand-over (a retry) and any lock taken at enqueue. A task
     # locked at enqueue finds its key held (by its own @queued lock): straight to the acquire
     # script, not a SET NX that must fail first.
-    engine, options = execution.runtime.engine, execution.options
-    if expect_free and _take_free(execution, engine):
+    runtime, options = execution.runtime, execution.options
+    if expect_free and _take_free(execution, runtime.engine):
         return AcquireResult(AcquireStatus.TAKEN, execution.holder)
-    return engine.acquire(
+    return runtime.engine.acquire(
         execution.key,
         execution.holder,
         options.timeout_ms,
@@ -319,6 +320,7 @@ def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireRe
         takeover_suffix=QUEUED_SUFFIX,
         expect_free=False,  # found held, a take-over expected, or fenced: the script
         fencing=options.fencing,
+        record=runtime.noted(execution.task_id, LOCK_DECISION, *_refusal_fields(execution)),
     )
 
 
@@ -329,7 +331,16 @@ def _take_free(execution: Execution, engine: LockEngine) -> bool:
     options = execution.options
     if options.lock_on != "execute" or options.fencing:
         return False
-    return engine.take(execution.key, execution.holder, options.timeout_ms)
+    recorder, key = execution.runtime.recorder, execution.key
+    quiet = b"" if recorder is None else recorder.take_quiet(execution.task_id, key, execution.task_name)
+    return engine.take(key, execution.holder, options.timeout_ms, quiet)
+
+
+def _refusal_fields(execution: Execution) -> tuple[str, str, str, str]:
+    """What the record keeps of a lock decision for ``explain``: the key, and what a refusal
+    leads to (strategy, countdown, the retries so far: a retry told from a skip by them)."""
+    options = execution.options
+    return execution.key, options.on_duplicate, str(options.retry_countdown), str(execution.retries)
 
 
 def _wait(execution: Execution) -> AcquireResult:
