@@ -16,6 +16,7 @@ from ...engine.leases import REDIS_ERRORS
 from ...integration.runtime import runtime_for
 from ..cli_common import redis_failure_text
 from ..listing import release_held, task_of
+from .explain_view import add_explain_view
 from .guard import CSRF_FIELD, Auth, csrf_token, harden, valid_csrf
 from .history import CounterHistory, StatsPoller
 from .views import TENANT_SORTS, SeenSince, check_task_filter, lock_table, overview, page_problem
@@ -190,6 +191,7 @@ def create_app(
         back = {k: v for k, v in (("task", request.form.get("task", "")),) if v}
         return redirect(url_for("index") + (f"?{urlencode(back)}" if back else ""), 303)
 
+    add_explain_view(web, app)
     return web
 
 
