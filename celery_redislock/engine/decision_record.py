@@ -144,22 +144,31 @@ class Recorder:
 
     def take_quiet(self, task_id: str, key: str, task_name: str) -> bytes:
         """The uncontended path's record, sent in the write of its ``SET NX`` with no reply to
-        read (``ScriptRunner.execute_with``): an untimed ``take`` entry pushed on the record
+        read (``ScriptRunner.execute``'s ``quiet``): an untimed ``take`` entry pushed on the record
         (timed when read, by the record's TTL left) and the record's TTL, each after a
         ``CLIENT REPLY SKIP``. Packed by hand, as :func:`quiet_commands.quiet_commands` packs (a
         test holds them equal), in one formatting where the names need no escaping and count
         their bytes as their characters (the usual case: it is a task's Python, every call)."""
-        plain = self._plain_names.get(task_name)
-        if plain is None:
-            plain = self._plain_names[task_name] = self._plain and _plain(task_name)
-        if plain and task_id.isascii() and "{" not in task_id and "}" not in task_id:
-            # The key is the prefix's and the task name's, then hex digits: plain as they are.
+        if (
+            self._plain_names.get(task_name)
+            and task_id.isascii()
+            and "{" not in task_id
+            and "}" not in task_id
+        ):
             size = len(task_id) + self._record_extra
             lpush, record, entry, entry_end, pexpire, ttl = self._take_parts
             return (
                 f"{lpush}{size}\r\n{record}{task_id}}}:explain\r\n${len(key) + self._entry_extra}\r\n"
                 f"{entry}{key}{entry_end}{pexpire}{size}\r\n{record}{task_id}}}:explain\r\n{ttl}"
             ).encode()
+        return self._take_slow(task_id, key, task_name)
+
+    def _take_slow(self, task_id: str, key: str, task_name: str) -> bytes:
+        """``take_quiet`` where a name needs escaping, or counts more bytes than characters
+        (or the first time a task name is seen: whether its keys are plain is noted then)."""
+        if task_name not in self._plain_names:
+            self._plain_names[task_name] = self._plain and _plain(task_name)
+            return self.take_quiet(task_id, key, task_name)
         record = record_key(self.prefix, task_id, key if self.cluster else None)
         entry = json.dumps([0, TAKE, self.ttl_ms, key], separators=(",", ":"))
         keep = self.ttl_text.encode()

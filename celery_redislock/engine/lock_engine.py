@@ -124,9 +124,7 @@ class LockEngine(BatchRenewal):
         it is held, by anyone (``acquire`` then tells re-entry and take-over apart).
         ``quiet``: commands sent in the same write, whose replies nobody reads (the call's
         record: ``Recorder.take_quiet``)."""
-        if not quiet:
-            return self.runner.execute("SET", key, holder, NX, PX, ttl_bytes(ttl_ms)) is not None
-        return self.runner.execute_with(("SET", key, holder, NX, PX, ttl_bytes(ttl_ms)), quiet) is not None
+        return self.runner.execute("SET", key, holder, NX, PX, ttl_bytes(ttl_ms), quiet=quiet) is not None
 
     def release(self, key: str, holder: str, *, notify: str | None = None) -> bool:
         """Delete ``key`` if ``holder`` still has it; PUBLISH the key on ``notify`` if given.

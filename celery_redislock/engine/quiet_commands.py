@@ -8,7 +8,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-__all__ = ["SKIP_NEXT_REPLY", "pipelined_with", "quiet_commands", "takes_reply_skip", "unpack_quiet"]
+__all__ = ["SKIP_NEXT_REPLY", "loud", "pipelined_with", "quiet_commands", "takes_reply_skip", "unpack_quiet"]
 
 
 def takes_reply_skip(connection: Any) -> bool:
@@ -19,6 +19,23 @@ def takes_reply_skip(connection: Any) -> bool:
         return bool(connection.read_response() in (b"OK", "OK"))
     except ResponseError:
         return False
+
+
+def loud(connection: Any, args: tuple[Any, ...], quiet: bytes) -> Any:
+    """``args`` and the commands of ``quiet`` in one write on ``connection``, for a server that
+    takes no ``CLIENT REPLY``: the reply of ``args``; every other read and dropped, so none is
+    left for the next command to take."""
+    commands = [args, *unpack_quiet(quiet)]
+    connection.send_packed_command(connection.pack_commands(commands))
+    replies: list[Any] = []
+    for _ in commands:
+        try:
+            replies.append(connection.read_response())
+        except ResponseError as error:
+            replies.append(error)
+    if isinstance(replies[0], ResponseError):
+        raise replies[0]
+    return replies[0]
 
 
 def pipelined_with(client: Any, args: tuple[Any, ...], quiet: bytes) -> Any:

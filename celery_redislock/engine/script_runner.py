@@ -29,7 +29,8 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .leases import Client
-from .quiet_commands import pipelined_with, takes_reply_skip, unpack_quiet
+from .quiet_commands import loud as _loud
+from .quiet_commands import pipelined_with, takes_reply_skip
 
 __all__ = [
     "NX",
@@ -140,21 +141,15 @@ class ScriptRunner:
             self._guard = threading.Lock()
             _holding.add(self)
 
-    def execute(self, *args: Any) -> Any:
+    def execute(self, *args: Any, quiet: bytes = b"") -> Any:
         """Send one command and read its reply (redis-py's response callbacks applied); raises
-        redis-py's errors."""
-        return self._call(args, b"")
+        redis-py's errors.
 
-    def execute_with(self, args: tuple[Any, ...], quiet: bytes) -> Any:
-        """Send the command ``args`` and the packed commands ``quiet`` in one write (one round
-        trip), return the reply of ``args`` as :meth:`execute` does. ``quiet`` (see
-        :func:`quiet_commands`) says nothing the caller needs: on the held connection of a
-        server that takes ``CLIENT REPLY SKIP`` (asked once a connection) it is sent as it is,
-        and the server sends no reply of it to read; elsewhere its commands are pipelined with
-        ``args`` and their replies read and dropped."""
-        return self._call(args, quiet)
-
-    def _call(self, args: tuple[Any, ...], more: bytes) -> Any:
+        ``quiet``: packed commands (``quiet_commands``) sent in the same write, whose replies
+        nobody needs: on the held connection of a server that takes ``CLIENT REPLY SKIP``
+        (asked once a connection) sent as they are, the server sending no reply of them to
+        read; elsewhere pipelined with ``args``, their replies read and dropped."""
+        more = quiet
         guard = self._guard
         if guard is None or not guard.acquire(False):  # positional: a keyword costs a dict
             return self._pooled(args, more)
@@ -169,10 +164,15 @@ class ScriptRunner:
                     # a reconnect when the server asked for one (redis-py 8's maintenance
                     # notifications, read with the reply), the response callback.
                     try:
-                        if more:
-                            reply = self._exchange(connection, args, more)
+                        if more and not (
+                            self._quiet or (self._quiet is None and self._ask_quiet(connection))
+                        ):
+                            reply = _loud(connection, args, more)
                         else:
-                            connection.send_packed_command(connection.pack_command(*args))
+                            packed = connection.pack_command(*args)
+                            if more:
+                                packed.append(more)  # the same write: no round trip more
+                            connection.send_packed_command(packed)
                             reply = connection.read_response()
                     except (RedisConnectionError, RedisTimeoutError) as error:
                         reply = self._retried(connection, args, more, error)
@@ -210,30 +210,12 @@ class ScriptRunner:
         finally:
             guard.release()
 
-    def _exchange(self, connection: Any, args: tuple[Any, ...], quiet: bytes) -> Any:
-        """``args`` and ``quiet`` in one write on the held ``connection``; the reply of ``args``.
-        Whether the server takes ``CLIENT REPLY SKIP`` is asked once a connection (a command
-        more, the first time only); one that does not gets ``quiet``'s commands pipelined,
-        their replies read and dropped."""
-        takes = self._quiet
-        if takes is None:
-            takes = self._quiet = takes_reply_skip(connection)
-        if takes:
-            packed = connection.pack_command(*args)
-            packed.append(quiet)
-            connection.send_packed_command(packed)
-            return connection.read_response()
-        commands = [args, *unpack_quiet(quiet)]
-        connection.send_packed_command(connection.pack_commands(commands))
-        replies = []
-        for _ in commands:  # every reply read: none is left for the next command to take
-            try:
-                replies.append(connection.read_response())
-            except ResponseError as error:
-                replies.append(error)
-        if isinstance(replies[0], ResponseError):
-            raise replies[0]
-        return replies[0]
+    def _ask_quiet(self, connection: Any) -> bool:
+        """Whether the held ``connection``'s server takes ``CLIENT REPLY SKIP``: asked once a
+        connection (a command more, the first time only), remembered until it is given back
+        or reconnects."""
+        takes = self._quiet = takes_reply_skip(connection)
+        return takes
 
     def _retried(self, connection: Any, args: tuple[Any, ...], quiet: bytes, error: Exception) -> Any:
         """What ``execute_command`` does after a connection error: the connection's ``Retry``
@@ -245,8 +227,8 @@ class ScriptRunner:
         def attempt() -> Any:
             if failed:
                 raise failed.pop()
-            if quiet:
-                return self._exchange(connection, args, quiet)
+            if quiet:  # asked again: the connection is a new one
+                return _loud(connection, args, quiet)
             connection.send_packed_command(connection.pack_command(*args))
             return connection.read_response()
 

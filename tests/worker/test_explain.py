@@ -4,6 +4,7 @@ one test per kind of decision (on a Redis broker; the waits on RabbitMQ too:
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from celery_redislock.engine.keys import copy_key
 from celery_redislock.waits.copies import COPY_HEADER
 
 from .mode_harness import key_for
+from .test_cli import celery_cmd  # noqa: F401 (the fixture)
 
 HOLDER = "holder-x@elsewhere:1:1"
 
@@ -342,3 +344,35 @@ def test_a_stale_copy_is_told_dropped(
         assert poll(lambda: kinds(app, task_id) == ["copy_dropped"], timeout=20)
     [dropped] = explain(app, task_id).decisions
     assert dropped.details["copy"] == "stale-token" and "another copy is live" in dropped.text
+
+
+def test_the_cli_explains_a_call_as_text_and_as_json(
+    make_app: Callable[..., Celery],
+    worker: Any,
+    locks: redis.Redis,
+    celery_cmd: Callable[..., Any],  # noqa: F811 (the fixture)
+) -> None:
+    app = make_app()
+
+    @app.task(base=SingletonTask, shared=False, name="explain.cli")
+    def skipped(n: int) -> int:
+        return n
+
+    locks.set(key_for(app, skipped, 9), HOLDER, px=60_000)
+    with worker(app, concurrency=1):
+        result = skipped.delay(9)
+        with pytest.raises(DuplicateTaskError):
+            result.get(timeout=20)
+    celery = celery_cmd()
+    text = celery("redislock", "explain", result.id)
+    assert text.returncode == 0, text.stderr
+    assert f"{result.id}: 1 decision(s), newest first" in text.stdout
+    assert f"skipped as a duplicate of {HOLDER}" in text.stdout
+    as_json = celery("redislock", "explain", result.id, "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    [decision] = json.loads(as_json.stdout)["decisions"]
+    assert (
+        decision["kind"] == "skipped" and decision["holder"] == HOLDER and decision["at"].endswith("+00:00")
+    )
+    off = celery_cmd(redislock_explain=False)("redislock", "explain", result.id)
+    assert "the record of decisions is off" in off.stdout
