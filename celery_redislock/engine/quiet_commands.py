@@ -42,8 +42,9 @@ def pipelined_with(client: Any, args: tuple[Any, ...], quiet: bytes) -> Any:
     """``args`` and the commands of ``quiet`` in one pipeline of ``client`` (no transaction): the
     reply of ``args``; the others' read and dropped."""
     pipe = client.pipeline(transaction=False)
-    for command in (args, *unpack_quiet(quiet)):
-        pipe.execute_command(*command)
+    pipe.execute_command(*args)
+    for name, *rest in unpack_quiet(quiet):  # a name as str: a cluster routes commands by it
+        pipe.execute_command(name.decode(), *rest)
     reply = pipe.execute(raise_on_error=False)[0]
     if isinstance(reply, Exception):
         raise reply

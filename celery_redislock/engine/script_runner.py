@@ -149,10 +149,9 @@ class ScriptRunner:
         nobody needs: on the held connection of a server that takes ``CLIENT REPLY SKIP``
         (asked once a connection) sent as they are, the server sending no reply of them to
         read; elsewhere pipelined with ``args``, their replies read and dropped."""
-        more = quiet
         guard = self._guard
         if guard is None or not guard.acquire(False):  # positional: a keyword costs a dict
-            return self._pooled(args, more)
+            return self._pooled(args, quiet)
         try:
             held = self._held
             if held is None:
@@ -164,18 +163,18 @@ class ScriptRunner:
                     # a reconnect when the server asked for one (redis-py 8's maintenance
                     # notifications, read with the reply), the response callback.
                     try:
-                        if more and not (
+                        if quiet and not (
                             self._quiet or (self._quiet is None and self._ask_quiet(connection))
                         ):
-                            reply = _loud(connection, args, more)
+                            reply = _loud(connection, args, quiet)
                         else:
                             packed = connection.pack_command(*args)
-                            if more:
-                                packed.append(more)  # the same write: no round trip more
+                            if quiet:
+                                packed.append(quiet)  # the same write: no round trip quiet
                             connection.send_packed_command(packed)
                             reply = connection.read_response()
                     except (RedisConnectionError, RedisTimeoutError) as error:
-                        reply = self._retried(connection, args, more, error)
+                        reply = self._retried(connection, args, quiet, error)
                     if _RECONNECTS and connection.should_reconnect():
                         connection.disconnect()
                         connection.connect()
@@ -185,8 +184,8 @@ class ScriptRunner:
                         callback = self._callbacks[name] = held.response_callbacks.get(name)  # type: ignore[no-untyped-call]
                     if callback is not None:
                         reply = callback(reply)
-                elif more:
-                    reply = pipelined_with(held, args, more)
+                elif quiet:
+                    reply = pipelined_with(held, args, quiet)
                 else:
                     reply = held.execute_command(*args)  # type: ignore[no-untyped-call]
             except ResponseError:  # the server's answer: the connection is in order
@@ -199,7 +198,7 @@ class ScriptRunner:
                 if not self._held_ok:
                     raise
                 self._held_ok = False
-                return self._pooled(args, more)
+                return self._pooled(args, quiet)
             except BaseException:
                 # Interrupted (a soft time limit) between sending and reading: a reply left
                 # unread would be taken for the next command's.

@@ -325,21 +325,21 @@ def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireRe
 
 
 def _take_free(execution: Execution, engine: LockEngine) -> bool:
-    """The usual case, a free key, taken by the SET NX alone, before the acquire script's
-    arguments (the hand-over id) are even built. Not for a task locked at enqueue (its key is
-    held by its own @queued lock) nor a fenced one (only the script issues a token)."""
+    """The usual case, a free key, taken by the SET NX alone (its record in the same write),
+    before the acquire script's arguments are even built. Not for a task locked at enqueue (its
+    key is held by its own @queued lock) nor a fenced one (only the script issues a token)."""
     options = execution.options
     if options.lock_on != "execute" or options.fencing:
         return False
-    recorder, key = execution.runtime.recorder, execution.key
-    quiet = b"" if recorder is None else recorder.take_quiet(execution.task_id, key, execution.task_name)
-    return engine.take(key, execution.holder, options.timeout_ms, quiet)
+    recorder = execution.runtime.recorder
+    if recorder is None:
+        return engine.take(execution.key, execution.holder, options.timeout_ms)
+    quiet = recorder.take_quiet(execution.task_id, execution.key, execution.task_name)
+    return engine.take(execution.key, execution.holder, options.timeout_ms, quiet)
 
 
 def _refusal_fields(execution: Execution) -> tuple[str, str, str, str]:
-    """What the record keeps of a lock decision for ``explain``: the key, and what a refusal
-    leads to (strategy, countdown, the retries so far: a retry told from a skip by them)."""
-    options = execution.options
+    options = execution.options  # the record's fields: the key, what a refusal leads to, the retries
     return execution.key, options.on_duplicate, str(options.retry_countdown), str(execution.retries)
 
 

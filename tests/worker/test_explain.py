@@ -376,3 +376,33 @@ def test_the_cli_explains_a_call_as_text_and_as_json(
     )
     off = celery_cmd(redislock_explain=False)("redislock", "explain", result.id)
     assert "the record of decisions is off" in off.stdout
+
+
+def test_on_a_cluster_each_decision_is_recorded_in_its_keys_slot_and_explain_merges_them(
+    make_app: Callable[..., Celery], worker: Any, cluster: Any
+) -> None:
+    app = make_app(redislock_url=cluster.url)
+
+    @app.task(
+        base=SingletonTask,
+        shared=False,
+        name="explain.cluster",
+        global_rate_limit="2/s",
+        rate_limit_key=["account"],
+        lock_key=["account", "n"],
+    )
+    def limited(account: str, n: int) -> int:
+        return n
+
+    with worker(app, concurrency=1):
+        results = [limited.delay("acme", n) for n in range(4)]
+        assert sorted(result.get(timeout=60) for result in results) == list(range(4))
+    last = explain(app, results[-1].id).decisions
+    # The lock's record (in the lock key's slot, uncontended: the SET and its record pipelined)
+    # and the limit's (in the limit's slot, by the script), merged newest first by their times
+    # (whole ms; the uncontended one's read from its TTL left may come out 1 ms early).
+    found = [d.kind for d in last]
+    assert sorted(found[:2]) == ["acquired", "started"] and "postponed" in found, found
+    acquired = next(d for d in last if d.kind == "acquired")
+    assert acquired.details["still_held"] is False and acquired.time is not None
+    assert all(a.time >= b.time for a, b in zip(last, last[1:]))  # type: ignore[operator]
