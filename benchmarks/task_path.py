@@ -103,13 +103,18 @@ class CannedSocket:
             raise socket.timeout
         request = b"".join(self._sent)
         self._sent.clear()
+        # A write may carry more commands after its first (the call's record after the SET):
+        # each after a CLIENT REPLY SKIP, which the server answers nothing, nor the next.
+        more = b":1\r\n" * (request.count(b"\r\n*") - 2 * request.count(b"\r\nSKIP\r\n"))
         if b"\r\nSET\r\n" in request:
-            return b"+OK\r\n"
+            return b"+OK\r\n" + more
         if b"\r\nCOMMAND\r\n" in request:  # which conditional delete the server has
-            return self._commands
+            return self._commands + more
+        if b"\r\nREPLY\r\n$2\r\nON\r\n" in request:  # whether it takes CLIENT REPLY
+            return b"+OK\r\n"
         if b":holds\r\n" in request:  # the operator's holds (gates.hold_watch's HGETALL): none
-            return b"*0\r\n"
-        return b":1\r\n"
+            return b"*0\r\n" + more
+        return b":1\r\n" + more
 
     def settimeout(self, timeout: float | None) -> None:
         pass
@@ -137,7 +142,7 @@ def canned_connection(release: str) -> type[redis.Connection]:
     return CannedConnection
 
 
-def make_app(release: str = "script") -> tuple[Celery, dict[str, Task[Any, Any]]]:
+def make_app(release: str = "script", *, explain: bool = True) -> tuple[Celery, dict[str, Task[Any, Any]]]:
     """The app and its tasks by variant name (``LABELS``), every lock client's replies canned."""
     app = Celery("task_path", set_as_current=False)
     # Nothing connects: the broker is kombu's in-memory one, the results go to memory, and
@@ -147,6 +152,7 @@ def make_app(release: str = "script") -> tuple[Celery, dict[str, Task[Any, Any]]
         result_backend="cache+memory://",
         redislock_url="redis://127.0.0.1:1/0",
         redislock_options={"lock_timeout": LOCK_TIMEOUT},
+        redislock_explain=explain,  # the record of decisions (explain): on by default
         singleton_backend_url="redis://127.0.0.1:1/0",
         singleton_lock_expiry=LOCK_TIMEOUT,
         ONCE={
@@ -268,8 +274,8 @@ def opcodes_per_task(app: Celery, task: Task[Any, Any], n: int, send: bool) -> C
     return Counter({name: round(count / n) for name, count in counts.items()})
 
 
-def print_opcodes(n: int, release: str, send: bool) -> int:
-    app, tasks = make_app(release)
+def print_opcodes(n: int, release: str, send: bool, explain: bool = True) -> int:
+    app, tasks = make_app(release, explain=explain)
     warm_up(app, tasks, send)
     counts = opcodes_per_task(app, tasks["locked"], n, send)
     print(
@@ -295,7 +301,7 @@ def enable_tracing() -> None:
 
 
 #: The flags a counted run (``--only``) is given again: what it measures the same way.
-_PASSED = ("--tracing",)
+_PASSED = ("--tracing", "--no-explain")
 
 
 def instructions(kind: str, n: int, release: str, send: bool) -> int:
@@ -347,16 +353,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tracing", action="store_true", help="every task traced (OpenTelemetry SDK, a span a task)"
     )
+    parser.add_argument(
+        "--no-explain", action="store_true", help="redislock_explain = False: no record of decisions"
+    )
     parser.add_argument("--only", choices=("none", *LABELS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     send = not args.run_only
     if args.tracing:
         enable_tracing()
-    app, tasks = make_app(args.release)
+    app, tasks = make_app(args.release, explain=not args.no_explain)
     if args.instructions:
         return count_instructions(args.n or 1000, args.release, send, list(tasks))
     if args.opcodes:
-        return print_opcodes(args.n or 1000, args.release, send)
+        return print_opcodes(args.n or 1000, args.release, send, not args.no_explain)
     args.n = args.n or 5000
     warm_up(app, tasks, send)
     if args.only is not None:  # one batch of one kind, counted from outside (--instructions)

@@ -34,6 +34,7 @@ from .errors import (
 if TYPE_CHECKING:
     from .config.limits import declare_limit
     from .integration.task import SingletonTask
+    from .ops.explain import explain
     from .ops.limits import pause_limit, reset_limit, resume_limit, set_limit, show_limits
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "RenewReport",
     "SingletonTask",
     "declare_limit",
+    "explain",
     "pause_limit",
     "reset_limit",
     "resume_limit",
@@ -90,6 +92,11 @@ def __getattr__(name: str) -> Any:
         # (ops): importing the engine loads neither.
         module = ".config.limits" if name == "declare_limit" else ".ops.limits"
         function = getattr(importlib.import_module(module, __name__), name)
+        globals()[name] = function
+        return function
+    if name == "explain":  # the ops layer's: the Celery side loaded first, as for SingletonTask
+        __getattr__("SingletonTask")
+        function = importlib.import_module(".ops.explain", __name__).explain
         globals()[name] = function
         return function
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

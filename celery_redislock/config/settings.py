@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ..engine.checks import BadValue, got
+from ..engine.checks import BadValue, got, positive_seconds
 from ..errors import OptionError, RedisTLSError, RedisURLError, short_repr
 from .limits import LIMITS_SETTING, NamedLimit, read_limits
 from .lock_client import SSL_OPTION_NAMES, TRANSPORT_OPTION_DEFAULTS, cert_reqs, tls_failure
@@ -48,6 +48,10 @@ SETTING_DEFAULTS: dict[str, Any] = {
     # The worker's Prometheus endpoint (config.metrics): None serves none.
     "redislock_metrics_port": None,
     "redislock_metrics_host": "127.0.0.1",
+    # The record of each call's decisions that ``explain`` reads (engine.decision_record): kept
+    # or not, and how long after a call's last decision, in seconds.
+    "redislock_explain": True,
+    "redislock_explain_ttl": 24 * 3600,
 }
 
 
@@ -71,6 +75,9 @@ class AppSettings:
     limits: Mapping[str, NamedLimit] = field(default_factory=lambda: MappingProxyType({}))
     #: the setting ``url`` came from (named in errors about the URL)
     url_setting: str = "redislock_url"
+    #: seconds a call's record of decisions is kept after its last one; None: no record
+    #: (``redislock_explain = False``)
+    explain_ttl: float | None = 24 * 3600.0
 
     @property
     def topology(self) -> Topology:
@@ -198,7 +205,23 @@ def read_settings(conf: Mapping[str, Any]) -> AppSettings:
         max_postpone=max_postpone(conf),
         url_setting=url_setting,
         limits=MappingProxyType(read_limits(_setting(conf, LIMITS_SETTING))),
+        explain_ttl=_explain_ttl(conf),
     )
+
+
+def _explain_ttl(conf: Mapping[str, Any]) -> float | None:
+    """``redislock_explain_ttl`` in seconds, or None when ``redislock_explain`` is False."""
+    enabled = _setting(conf, "redislock_explain")
+    if not isinstance(enabled, bool):
+        raise OptionError(
+            "redislock_explain", APP_CONFIGURATION, f"must be True or False, {got(enabled, wrong_type=True)}"
+        )
+    if not enabled:
+        return None
+    try:
+        return positive_seconds(_setting(conf, "redislock_explain_ttl"))
+    except BadValue as bad:
+        raise OptionError("redislock_explain_ttl", APP_CONFIGURATION, str(bad)) from None
 
 
 # --- transport options (Sentinel) -----------------------------------------------------------

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .decision_record import Record, run_recorded
 from .keys import fair_expiry_key, fair_keys, fair_marks_key
 from .leases import as_text
 from .script_runner import ScriptRunner, package_script
@@ -80,15 +81,22 @@ class FairLanes:
         self.all_keys = (*self.keys, self.expiry_key, self.marks_key)
 
     def assign(
-        self, tenant: str, ticket: str, lanes: int, weight: int = 1, expires_at: float | None = None
+        self,
+        tenant: str,
+        ticket: str,
+        lanes: int,
+        weight: int = 1,
+        expires_at: float | None = None,
+        record: Record | None = None,
     ) -> int:
         """The lane of ``lanes`` the call ``ticket`` of ``tenant`` is queued in, counted in its
         backlog; a ticket queued already keeps its lane and is counted once. ``expires_at`` (Unix
-        seconds): when the broker may drop it unseen, after which a sweep counts it out."""
+        seconds): when the broker may drop it unseen, after which a sweep counts it out.
+        ``record``: the lane kept in the call's record too."""
         expiry = "" if expires_at is None else repr(float(expires_at))
         hashed = str(hashed_lane(tenant, int(lanes)))
         args = (tenant, ticket, str(int(lanes)), str(int(weight)), expiry, str(SWEEP), hashed)
-        return int(self.runner.run(FAIR_ASSIGN, self.all_keys, args))
+        return int(run_recorded(self.runner, FAIR_ASSIGN, self.all_keys, args, record))
 
     def started(self, ticket: str) -> bool:
         """Count the call ``ticket`` out of its backlog as it starts; False when it was not

@@ -22,6 +22,8 @@ __all__ = [
     "rate_keys",
     "rate_limiter_key",
     "rate_overrides_key",
+    "record_glob",
+    "record_key",
     "release_channel",
     "released_key",
     "reservation_member",
@@ -109,6 +111,22 @@ def released_key(key: str) -> str:
     """The holders an operator released ``key`` from (a hash), kept until each one's renewal
     finds it, in ``key``'s slot (:func:`slot_key`): so the renewal does not take the lock back."""
     return slot_key(key, "released")
+
+
+def record_key(prefix: str, task_id: str, beside: str | None = None) -> str:
+    """The record of the decisions on the call ``task_id`` (``engine.decision_record``): one
+    key per call, ``{prefix:task id}:explain`` (:func:`slot_key`'s form: outside the lock keys'
+    ``prefix:*``); on a cluster (``beside``: a key of the deciding script) named in ``beside``'s
+    slot, ``{beside}:explain:task id``, one key per slot the call's decisions touched, which
+    :func:`record_glob` finds."""
+    if beside is None:
+        return slot_key(f"{prefix}:{task_id}", "explain")
+    return slot_key(beside, f"explain:{task_id}")
+
+
+def record_glob(task_id: str) -> str:
+    """A SCAN glob matching every record of ``task_id`` on a cluster, of any prefix and slot."""
+    return f"*:explain:{glob_escape(task_id)}"
 
 
 def glob_escape(text: str) -> str:

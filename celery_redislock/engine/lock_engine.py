@@ -11,7 +11,8 @@ from redis.exceptions import ResponseError
 
 from . import conditional_delete
 from .conditional_delete import ConditionalDelete
-from .keys import fence_key, released_key
+from .decision_record import Record, run_recorded
+from .keys import fence_key, parse_key, released_key
 from .leases import REDIS_ERRORS, AcquireResult, AcquireStatus, Client, Lease, LockInfo, RenewReport, as_text
 from .script_runner import NX, PX, ScriptRunner, pipelined_scripts
 from .scripts import (
@@ -81,6 +82,7 @@ class LockEngine(BatchRenewal):
         *,
         expect_free: bool = True,
         fencing: bool = False,
+        record: Record | None = None,
     ) -> AcquireResult:
         """Take ``key`` for ``holder``, re-enter it if ``holder`` has it, or take it over from
         ``handover`` (an id a previous holder left for this one) or from any holder id ending
@@ -95,16 +97,21 @@ class LockEngine(BatchRenewal):
         ``fencing=True``: the script issues a fencing token with the lock (``result.token``,
         greater than any issued for ``key`` before) from the counter ``keys.fence_key(key)``,
         in the same round trip; no ``SET NX`` then, which could not issue one.
+
+        ``record``: the decision is kept in the call's record too (``decision_record``), in
+        the same round trip.
         """
         ttl = ttl_arg(ttl_ms)
-        args = (holder, ttl, handover or "", takeover_suffix or "")
+        args: tuple[str, ...] = (holder, ttl, handover or "", takeover_suffix or "")
+        keys: tuple[str, ...] = (key,)
         if fencing:
-            keep = str(max(FENCE_KEEP_MS, 2 * int(ttl)))
-            reply = self.runner.run(ACQUIRE, (key, fence_key(key)), (*args, keep))
-        elif expect_free and self.take(key, holder, ttl_ms):
+            keys = (key, fence_key(key))
+            args = (*args, str(max(FENCE_KEEP_MS, 2 * int(ttl))))
+        elif expect_free and self.take(
+            key, holder, ttl_ms, b"" if record is None else record.take_quiet(key, parse_key(key)[1])
+        ):
             return AcquireResult(AcquireStatus.TAKEN, holder)
-        else:
-            reply = self.runner.run(ACQUIRE, (key,), args)
+        reply = run_recorded(self.runner, ACQUIRE, keys, args, record)
         if isinstance(reply, int):
             return AcquireResult(AcquireStatus(reply), holder)
         if isinstance(reply, list):  # fenced: [code, token, seconds, microseconds]
@@ -112,10 +119,12 @@ class LockEngine(BatchRenewal):
             return AcquireResult(AcquireStatus(code), holder, token, time_of(seconds, micros))
         return AcquireResult(None, as_text(reply))
 
-    def take(self, key: str, holder: str, ttl_ms: int) -> bool:
+    def take(self, key: str, holder: str, ttl_ms: int, quiet: bytes = b"") -> bool:
         """Take a free ``key`` for ``holder`` (``SET NX PX``): True when taken; False when
-        it is held, by anyone (``acquire`` then tells re-entry and take-over apart)."""
-        return self.runner.execute("SET", key, holder, NX, PX, ttl_bytes(ttl_ms)) is not None
+        it is held, by anyone (``acquire`` then tells re-entry and take-over apart).
+        ``quiet``: commands sent in the same write, whose replies nobody reads (the call's
+        record: ``Recorder.take_quiet``)."""
+        return self.runner.execute("SET", key, holder, NX, PX, ttl_bytes(ttl_ms), quiet=quiet) is not None
 
     def release(self, key: str, holder: str, *, notify: str | None = None) -> bool:
         """Delete ``key`` if ``holder`` still has it; PUBLISH the key on ``notify`` if given.

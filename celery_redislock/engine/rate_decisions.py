@@ -11,6 +11,7 @@ rate promises, are in docs/design.md ("Limits v2").
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Union
@@ -20,6 +21,7 @@ from redis.crc import key_slot
 
 from ..errors import OptionError
 from .checks import BadValue, check_argument
+from .decision_record import Record, run_recorded
 from .keys import grant_member, limit_keys, rate_overrides_key, reservation_member
 from .leases import Client
 from .rates import Rate, parse_rates, rates_from_wire, rates_wire
@@ -34,6 +36,7 @@ __all__ = [
     "RATE_LIMIT",
     "RATE_PAUSE",
     "RATE_STATE",
+    "RATE_STATUSES",
     "Cost",
     "Limit",
     "PartitionChange",
@@ -62,7 +65,7 @@ RATE_CHANGE = package_script(__package__, "rate_change.lua")
 RATE_BUCKET = package_script(__package__, "rate_bucket.lua")
 
 #: ``RateDecision.status`` by the script's reply.
-_STATUSES = ("granted", "reserved", "full", "kept", "started", "held", "over")
+RATE_STATUSES = _STATUSES = ("granted", "reserved", "full", "kept", "started", "held", "over")
 _OVER = 6
 
 #: The longest pause, in seconds: a stop for longer is a change of the limit's rate, and a
@@ -204,9 +207,11 @@ def decide_limits(
     next_token: str = "",
     cost: Cost = 1,
     source: str = "rate limit",
+    record: Record | None = None,
 ) -> RateDecision:
     """Whether ``caller`` (its ``attempt``-th try after ``pauses`` pauses, costing ``cost``
-    units) starts now under every one of ``limits`` (one script call).
+    units) starts now under every one of ``limits`` (one script call; ``record``: the decision
+    kept in the call's record too, with the limits' home key and labels as its fields).
 
     ``reserve``: a caller that must wait keeps the next free slot in every limit (if it is at most
     ``max_wait`` seconds away), and is granted it when it asks again then with the same id.
@@ -225,7 +230,10 @@ def decide_limits(
         next_token,
         *_limit_args(limits, costs),
     ]
-    reply: Any = scripts.run(RATE_LIMIT, _limit_keys(limits), args)
+    if record is not None:  # kept with its home partition and its limits' labels first
+        labels = ",".join(limit.label for limit in limits)
+        record = dataclasses.replace(record, fields=(limits[0].key, labels, *record.fields))
+    reply: Any = run_recorded(scripts, RATE_LIMIT, _limit_keys(limits), args, record)
     status = int(reply[0])
     name = _STATUSES[status]
     wait, now = to_seconds(int(reply[1])), int(reply[2])

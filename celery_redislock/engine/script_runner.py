@@ -29,6 +29,8 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .leases import Client
+from .quiet_commands import loud as _loud
+from .quiet_commands import pipelined_with, takes_reply_skip
 
 __all__ = [
     "NX",
@@ -132,16 +134,24 @@ class ScriptRunner:
         #: caller can change them), a plain dict's lookup where the client's is a method.
         self._direct: Any = None
         self._callbacks: dict[Any, Any] = {}
+        #: Whether the held connection's server takes ``CLIENT REPLY SKIP`` (None: not asked
+        #: yet; asked again whenever the connection is given back or reconnects).
+        self._quiet: bool | None = None
         if hold and isinstance(client, redis.Redis) and client.connection is None:
             self._guard = threading.Lock()
             _holding.add(self)
 
-    def execute(self, *args: Any) -> Any:
+    def execute(self, *args: Any, quiet: bytes = b"") -> Any:
         """Send one command and read its reply (redis-py's response callbacks applied); raises
-        redis-py's errors."""
+        redis-py's errors.
+
+        ``quiet``: packed commands (``quiet_commands``) sent in the same write, whose replies
+        nobody needs: on the held connection of a server that takes ``CLIENT REPLY SKIP``
+        (asked once a connection) sent as they are, the server sending no reply of them to
+        read; elsewhere pipelined with ``args``, their replies read and dropped."""
         guard = self._guard
         if guard is None or not guard.acquire(False):  # positional: a keyword costs a dict
-            return self._pooled(args)
+            return self._pooled(args, quiet)
         try:
             held = self._held
             if held is None:
@@ -153,10 +163,18 @@ class ScriptRunner:
                     # a reconnect when the server asked for one (redis-py 8's maintenance
                     # notifications, read with the reply), the response callback.
                     try:
-                        connection.send_packed_command(connection.pack_command(*args))
-                        reply = connection.read_response()
+                        if quiet and not (
+                            self._quiet or (self._quiet is None and self._ask_quiet(connection))
+                        ):
+                            reply = _loud(connection, args, quiet)
+                        else:
+                            packed = connection.pack_command(*args)
+                            if quiet:
+                                packed.append(quiet)  # the same write: no round trip quiet
+                            connection.send_packed_command(packed)
+                            reply = connection.read_response()
                     except (RedisConnectionError, RedisTimeoutError) as error:
-                        reply = _retried(connection, args, error)
+                        reply = self._retried(connection, args, quiet, error)
                     if _RECONNECTS and connection.should_reconnect():
                         connection.disconnect()
                         connection.connect()
@@ -166,6 +184,8 @@ class ScriptRunner:
                         callback = self._callbacks[name] = held.response_callbacks.get(name)  # type: ignore[no-untyped-call]
                     if callback is not None:
                         reply = callback(reply)
+                elif quiet:
+                    reply = pipelined_with(held, args, quiet)
                 else:
                     reply = held.execute_command(*args)  # type: ignore[no-untyped-call]
             except ResponseError:  # the server's answer: the connection is in order
@@ -178,7 +198,7 @@ class ScriptRunner:
                 if not self._held_ok:
                     raise
                 self._held_ok = False
-                return self._pooled(args)
+                return self._pooled(args, quiet)
             except BaseException:
                 # Interrupted (a soft time limit) between sending and reading: a reply left
                 # unread would be taken for the next command's.
@@ -188,6 +208,34 @@ class ScriptRunner:
             return reply
         finally:
             guard.release()
+
+    def _ask_quiet(self, connection: Any) -> bool:
+        """Whether the held ``connection``'s server takes ``CLIENT REPLY SKIP``: asked once a
+        connection (a command more, the first time only), remembered until it is given back
+        or reconnects."""
+        takes = self._quiet = takes_reply_skip(connection)
+        return takes
+
+    def _retried(self, connection: Any, args: tuple[Any, ...], quiet: bytes, error: Exception) -> Any:
+        """What ``execute_command`` does after a connection error: the connection's ``Retry``
+        (the client's) decides, ``error`` counted as its first failure, the connection
+        disconnected after each failure (the next attempt connects again, and asks again
+        whether the server takes ``CLIENT REPLY SKIP``)."""
+        failed = [error]
+
+        def attempt() -> Any:
+            if failed:
+                raise failed.pop()
+            if quiet:  # asked again: the connection is a new one
+                return _loud(connection, args, quiet)
+            connection.send_packed_command(connection.pack_command(*args))
+            return connection.read_response()
+
+        def disconnect(_error: Exception) -> None:
+            self._quiet = None
+            connection.disconnect()
+
+        return connection.retry.call_with_retry(attempt, disconnect)
 
     def run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """The reply of ``script`` (its Lua source) run on ``keys`` (all of one slot) with
@@ -219,9 +267,12 @@ class ScriptRunner:
         self._own = execute_command if own else None
         return own
 
-    def _pooled(self, args: tuple[Any, ...]) -> Any:
-        """``args`` sent on a connection the client takes for the call (from its pool)."""
+    def _pooled(self, args: tuple[Any, ...], more: bytes = b"") -> Any:
+        """``args`` (and ``more``) sent on a connection the client takes for the call (from its
+        pool; a cluster client's pipeline sends commands of one slot to its node at once)."""
         try:
+            if more:
+                return pipelined_with(self.client, args, more)
             return self.client.execute_command(*args)  # type: ignore[no-untyped-call]
         except RedisError:  # the server's answer, or a connection redis-py has dropped
             raise
@@ -236,31 +287,16 @@ class ScriptRunner:
 
     def _give_back(self, held: redis.Redis) -> None:
         """Disconnect the held connection and give it back to the pool."""
-        self._held = self._direct = None
+        self._held = self._direct = self._quiet = None
         if held.connection is not None:
             held.connection.disconnect()  # type: ignore[no-untyped-call]
         held.close()
 
     def _forget_held(self) -> None:
         # In a forked child: the held connection's socket is the parent's; never written to.
-        self._held = self._direct = None
+        self._held = self._direct = self._quiet = None
         self._held_ok = False
         self._guard = threading.Lock()
-
-
-def _retried(connection: Any, args: tuple[Any, ...], error: Exception) -> Any:
-    """What ``execute_command`` does after a connection error: the connection's ``Retry`` (the
-    client's) decides, ``error`` counted as its first failure, the connection disconnected
-    after each failure (the next attempt connects again)."""
-    failed = [error]
-
-    def attempt() -> Any:
-        if failed:
-            raise failed.pop()
-        connection.send_packed_command(connection.pack_command(*args))
-        return connection.read_response()
-
-    return connection.retry.call_with_retry(attempt, lambda _error: connection.disconnect())
 
 
 #: The runners that hold a connection, for the fork hook below.

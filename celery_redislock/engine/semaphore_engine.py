@@ -8,6 +8,7 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
+from .decision_record import Record, run_recorded
 from .keys import release_channel, released_key, semaphore_keys
 from .leases import (
     AcquireStatus,
@@ -59,29 +60,28 @@ class SemaphoreEngine(BatchRenewal):
         wait_ttl_ms: int = 0,
         ticket: int = 0,
         siblings: str = "",
+        record: Record | None = None,
     ) -> SlotResult:
         """Take a slot of ``key`` for ``holder`` if one is free for it.
 
         With ``wait_ttl_ms`` the caller queues (or keeps its place) and must call again within
         that time to stay queued; ``ticket`` is the one an earlier call gave it. Without, it
         never takes a slot a queued waiter is owed. A holder whose id starts with
-        ``siblings`` refuses the caller: it is then the only holder reported.
+        ``siblings`` refuses the caller: it is then the only holder reported. ``record``: the
+        decision kept in the call's record too.
         """
         queue, alive, counter = semaphore_keys(key)
         wait_ttl = ttl_arg(wait_ttl_ms) if wait_ttl_ms else "0"
-        reply = self.runner.run(
-            SEM_ACQUIRE,
-            (key, queue, alive, counter),
-            (
-                holder,
-                str(int(limit)),
-                ttl_arg(ttl_ms),
-                wait_ttl,
-                str(int(ticket)),
-                release_channel(key),
-                siblings,
-            ),
+        args = (
+            holder,
+            str(int(limit)),
+            ttl_arg(ttl_ms),
+            wait_ttl,
+            str(int(ticket)),
+            release_channel(key),
+            siblings,
         )
+        reply = run_recorded(self.runner, SEM_ACQUIRE, (key, queue, alive, counter), args, record)
         if reply[0] != 0:
             return SlotResult(AcquireStatus(reply[0]))
         return SlotResult(None, tuple(as_text(h) for h in reply[2]), int(reply[1]))

@@ -50,6 +50,7 @@ from ..integration.mode import Send
 from ..integration.queues import destination, lane_name, lane_queue
 from ..integration.runtime import Runtime, app_layers_ask, run_function, runtime_for
 from . import fair_heal as _fair_heal  # noqa: F401  # connects its worker signals
+from .fair_explain import FAIR_CAP_DECISION, FAIR_DECISION
 from .fair_receipt import FAIR_HEADER
 from .fair_requeue import CAP_RECHECK, came_due, capped, due
 
@@ -172,7 +173,8 @@ class FairShareGate:
         publish = call.publish
 
         def to_lane(args: Any, kwargs: Any, task_id: str | None, **options: Any) -> Any:
-            options, lanes, ticket = self._route(call, args, kwargs, options)
+            task_id = task_id or str(uuid.uuid4())  # its id now, as Celery gives one: its record is by it
+            options, lanes, ticket = self._route(call, args, kwargs, task_id, options)
             try:
                 return publish(args, kwargs, task_id, **options)
             except BaseException:
@@ -183,7 +185,7 @@ class FairShareGate:
         return dataclasses.replace(call, publish=to_lane)
 
     def _route(
-        self, call: Send, args: Any, kwargs: Any, options: dict[str, Any]
+        self, call: Send, args: Any, kwargs: Any, task_id: str, options: dict[str, Any]
     ) -> tuple[dict[str, Any], FairLanes | None, str]:
         task, runtime, plan = call.task, call.runtime, call.plan
         headers = dict(options.pop("headers", None) or {})
@@ -203,7 +205,8 @@ class FairShareGate:
         ticket = uuid.uuid4().hex
         lanes = FairLanes(runtime.scripts, runtime.settings.key_prefix, queue)
         try:
-            lane = lanes.assign(tenant, ticket, count_of, weight, expires_at(task, options))
+            record = runtime.noted(task_id, FAIR_DECISION, queue, tenant)
+            lane = lanes.assign(tenant, ticket, count_of, weight, expires_at(task, options), record)
             count("fair_assigned")
             self._unreachable_told = False
         except REDIS_ERRORS as exc:
@@ -267,7 +270,8 @@ class FairShareGate:
         tenant = self._tenant_of(runtime, task, options, request)
         key = self.cap_key(runtime, task, options, tenant)
         lease = SemaphoreLease(key, execution.holder, options.timeout_ms, cap)
-        result = runtime.semaphores.acquire(key, lease.holder, cap, lease.ttl_ms)
+        record = runtime.noted(execution.task_id, FAIR_CAP_DECISION, key, str(cap), tenant)
+        result = runtime.semaphores.acquire(key, lease.holder, cap, lease.ttl_ms, record=record)
         if result.status is None:
             capped(task, runtime, key, cap, tenant)
         get_renewer().add(runtime.semaphores, lease, options.renew_interval_s)

@@ -44,6 +44,7 @@ from ..engine.counting import count
 from ..engine.leases import REDIS_ERRORS
 from ..engine.rate_decisions import cancel_limits, decide_limits, pause_limits
 from ..engine.rates import optional_rate
+from ..engine.timing import to_ms
 from ..errors import RateLimitPaused
 from ..integration.acquisition import Execution
 from ..integration.outcomes import finished, redelivered
@@ -62,6 +63,7 @@ from .rate_calls import (
     pauses_of,
     rate_key,
 )
+from .rate_explain import PAUSE_DECISION, RATE_DECISION
 from .rate_inventory import LIMIT_SUFFIX, describe_limit_key, describe_rate_key, named_keys
 from .rate_postpone import COME_BACK_EARLY, drop_copy, postpone
 from .rate_reports import report_outcome, report_overload
@@ -201,6 +203,7 @@ class RateLimitGate:
                 next_token=hop,
                 cost=calls.costs,
                 source=calls.source,
+                record=execution.runtime.noted(execution.task_id, RATE_DECISION),
             )
             if decision.allowed:
                 started(task, decision.now_ms)  # a postponed call: how late after its slot
@@ -290,6 +293,7 @@ class RateLimitGate:
             next_token=hop,
             cost=calls.costs,
             source=calls.source,
+            record=runtime.noted(task_id, PAUSE_DECISION, str(to_ms(end))),
         )
         logger.debug("%s[%s] re-queued after the pause ending at %.3f (server time)", task.name, task_id, end)
         postpone(task, runtime, calls, decision, token, hop, paused=True)

@@ -26,6 +26,7 @@ from ..engine import (
     SlotResult,
 )
 from ..engine.counting import TaskTallies, count
+from ..engine.decision_record import LOCK_DECISION
 from ..engine.holders import (
     QUEUED_SUFFIX,
     any_delivery_prefix,
@@ -308,10 +309,10 @@ def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireRe
     # An execution takes over its own hand-over (a retry) and any lock taken at enqueue. A task
     # locked at enqueue finds its key held (by its own @queued lock): straight to the acquire
     # script, not a SET NX that must fail first.
-    engine, options = execution.runtime.engine, execution.options
-    if expect_free and _take_free(execution, engine):
+    runtime, options = execution.runtime, execution.options
+    if expect_free and _take_free(execution, runtime.engine):
         return AcquireResult(AcquireStatus.TAKEN, execution.holder)
-    return engine.acquire(
+    return runtime.engine.acquire(
         execution.key,
         execution.holder,
         options.timeout_ms,
@@ -319,17 +320,27 @@ def _try_acquire(execution: Execution, *, expect_free: bool = True) -> AcquireRe
         takeover_suffix=QUEUED_SUFFIX,
         expect_free=False,  # found held, a take-over expected, or fenced: the script
         fencing=options.fencing,
+        record=runtime.noted(execution.task_id, LOCK_DECISION, *_refusal_fields(execution)),
     )
 
 
 def _take_free(execution: Execution, engine: LockEngine) -> bool:
-    """The usual case, a free key, taken by the SET NX alone, before the acquire script's
-    arguments (the hand-over id) are even built. Not for a task locked at enqueue (its key is
-    held by its own @queued lock) nor a fenced one (only the script issues a token)."""
+    """The usual case, a free key, taken by the SET NX alone (its record in the same write),
+    before the acquire script's arguments are even built. Not for a task locked at enqueue (its
+    key is held by its own @queued lock) nor a fenced one (only the script issues a token)."""
     options = execution.options
     if options.lock_on != "execute" or options.fencing:
         return False
-    return engine.take(execution.key, execution.holder, options.timeout_ms)
+    recorder = execution.runtime.recorder
+    if recorder is None:
+        return engine.take(execution.key, execution.holder, options.timeout_ms)
+    quiet = recorder.take_quiet(execution.task_id, execution.key, execution.task_name)
+    return engine.take(execution.key, execution.holder, options.timeout_ms, quiet)
+
+
+def _refusal_fields(execution: Execution) -> tuple[str, str, str, str]:
+    options = execution.options  # the record's fields: the key, what a refusal leads to, the retries
+    return execution.key, options.on_duplicate, str(options.retry_countdown), str(execution.retries)
 
 
 def _wait(execution: Execution) -> AcquireResult:

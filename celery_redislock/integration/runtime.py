@@ -19,6 +19,7 @@ from ..config.options import LockOptions, option_names, source_task, validate
 from ..config.settings import SETTING_DEFAULTS, AppSettings, read_settings
 from ..engine import LeaseEngine, LockEngine, SemaphoreEngine, make_engine, make_semaphore_engine
 from ..engine.counting import TaskTallies
+from ..engine.decision_record import Record, Recorder
 from ..engine.keys import release_channel
 from ..engine.script_runner import ScriptRunner
 from .mode import Plan, gates_for, mode_for
@@ -99,6 +100,12 @@ class Runtime:
         )
         self._engine: LockEngine | None = None
         self._background: LockClient | None = None
+        explain_ttl = self.settings.explain_ttl
+        #: How this app records its calls' decisions (``explain`` reads them); None: it does not.
+        self.recorder: Recorder | None = None
+        if explain_ttl is not None:
+            cluster = self.settings.topology == "cluster"
+            self.recorder = Recorder(self.settings.key_prefix, explain_ttl, cluster=cluster)
         self._plans: dict[tuple[str, str | None], Plan] = {}
         # Task name -> whether some execution of it may wait for its key (see waited_on).
         self._waited_on: dict[str, bool] = {}
@@ -196,6 +203,12 @@ class Runtime:
     def engine_for(self, options: LockOptions) -> LeaseEngine:
         """Where a task with ``options`` holds its key: a lock, or a semaphore's slot."""
         return self.semaphores if options.max_concurrency > 1 else self.engine
+
+    def noted(self, task_id: str, kind: str, *fields: str) -> Record | None:
+        """What a decision on ``task_id`` keeps in the call's record: a ``kind`` entry with
+        ``fields`` (None: this app keeps no record)."""
+        recorder = self.recorder
+        return None if recorder is None else recorder.record(task_id, kind, *fields)
 
     def release_channel(self, key: str) -> str:
         """Where a release of ``key`` is published, for executions waiting on it."""

@@ -27,6 +27,7 @@ from ..config.options import LockOptions
 from ..config.schema import OptionSpec
 from ..engine.checks import number_text, optional_seconds
 from ..engine.counting import count
+from ..engine.decision_record import Entry, Record, run_recorded
 from ..engine.holders import tagged_id, task_id_of
 from ..engine.keys import slot_key
 from ..engine.lateness import add_lateness_kind
@@ -36,6 +37,7 @@ from ..engine.scripts import ttl_arg
 from ..engine.timing import to_ms, to_seconds
 from ..errors import DuplicateTaskError
 from ..integration.acquisition import Execution
+from ..integration.explain_readers import Context, Decision, iso, padded, reader
 from ..integration.mode import Send
 from ..integration.outcomes import drop_finished, retry_duplicate, skip
 from ..integration.plain import PlainMode
@@ -153,8 +155,9 @@ class DebounceMode(PlainMode):
         ttl_ms = queued_ms + max(debounce_ms, to_ms(asked, minimum=0))
         burst_ms = queued_ms + most_ms
         try:
+            noted = runtime.noted(task_id, DEBOUNCE_DECISION, key, "sent")
             delay_ms, now_ms = debounce_schedule(
-                runtime.scripts, key, task_id, debounce_ms, most_ms, ttl_ms, burst_ms
+                runtime.scripts, key, task_id, debounce_ms, most_ms, ttl_ms, burst_ms, noted
             )
         except REDIS_ERRORS as exc:
             # Not recorded: it is sent with the full delay and runs when due (a burst then runs
@@ -173,7 +176,9 @@ class DebounceMode(PlainMode):
         """A debounced call is due: it goes on if it is its burst's latest call, else ends as a
         skipped duplicate naming the call that superseded it. Raises ``redis.RedisError``."""
         super().before_acquire(task, execution)
-        latest, now_ms = debounce_turn(execution.runtime.scripts, execution.key, execution.task_id)
+        runtime, task_id = execution.runtime, execution.task_id
+        noted = runtime.noted(task_id, DEBOUNCE_DECISION, execution.key, "due")
+        latest, now_ms = debounce_turn(runtime.scripts, execution.key, task_id, noted)
         if latest is True:
             started(task, now_ms)  # the burst's latest: how late after the debounce's end
         if latest is False:
@@ -250,10 +255,12 @@ def debounce_call(
     max_ms: int,
     ttl_ms: int,
     burst_ttl_ms: int,
+    record: Record | None = None,
 ) -> int:
     """Record ``task_id`` as the latest call of ``key``'s burst; the delay (ms) to send it with.
-    ``ttl_ms``: how long the call may take to come due; ``burst_ttl_ms``: the burst's run to start."""
-    return debounce_schedule(scripts, key, task_id, delay_ms, max_ms, ttl_ms, burst_ttl_ms)[0]
+    ``ttl_ms``: how long the call may take to come due; ``burst_ttl_ms``: the burst's run to start.
+    ``record``: the delay kept in the call's record of decisions too."""
+    return debounce_schedule(scripts, key, task_id, delay_ms, max_ms, ttl_ms, burst_ttl_ms, record)[0]
 
 
 def debounce_schedule(
@@ -264,22 +271,25 @@ def debounce_schedule(
     max_ms: int,
     ttl_ms: int,
     burst_ttl_ms: int,
+    record: Record | None = None,
 ) -> tuple[int, int]:
     """``debounce_call``, with the server's time (ms) the delay counts from."""
     args = [task_id, str(delay_ms), str(max_ms), ttl_arg(ttl_ms), ttl_arg(burst_ttl_ms)]
-    delay, now = scripts.run(DEBOUNCE_CALL, debounce_keys(key), args)
+    delay, now = run_recorded(scripts, DEBOUNCE_CALL, debounce_keys(key), args, record)
     return int(delay), int(now)
 
 
-def debounce_run(scripts: ScriptRunner, key: str, task_id: str) -> str | bool:
+def debounce_run(scripts: ScriptRunner, key: str, task_id: str, record: Record | None = None) -> str | bool:
     """``task_id`` came due: True, it runs (its burst's latest); False, it runs (nothing is
     recorded for its key); else the task id that superseded it."""
-    return debounce_turn(scripts, key, task_id)[0]
+    return debounce_turn(scripts, key, task_id, record)[0]
 
 
-def debounce_turn(scripts: ScriptRunner, key: str, task_id: str) -> tuple[str | bool, int]:
+def debounce_turn(
+    scripts: ScriptRunner, key: str, task_id: str, record: Record | None = None
+) -> tuple[str | bool, int]:
     """``debounce_run``, with the server's time (ms) it was decided at."""
-    reply, now = scripts.run(DEBOUNCE_RUN, debounce_keys(key), [task_id])
+    reply, now = run_recorded(scripts, DEBOUNCE_RUN, debounce_keys(key), [task_id], record)
     return (reply == 1 if isinstance(reply, int) else as_text(reply)), int(now)
 
 
@@ -287,6 +297,36 @@ def _debounce_ms(options: LockOptions) -> tuple[int, int]:
     """``debounce`` and ``debounce_max`` (0: no bound) in whole milliseconds."""
     most = options.value("debounce_max")
     return to_ms(options.value("debounce")), 0 if most is None else to_ms(most)
+
+
+#: The kind of debounce's entries in a call's record: its delay at send, its turn when due.
+DEBOUNCE_DECISION = "debounce"
+
+
+@reader(DEBOUNCE_DECISION)
+def _debounce(entry: Entry, context: Context) -> Decision:
+    key, step = padded(entry.fields, 2)
+    details: dict[str, Any] = {"key": key}
+    # The scripts answer {their answer, the server's ms} (debounce_call.lua, debounce_run.lua).
+    answer = entry.reply[0] if isinstance(entry.reply, list) and entry.reply else entry.reply
+    if step == "sent":
+        due = None if entry.time is None else entry.time + to_seconds(int(answer))
+        details["due"] = due
+        return Decision(
+            entry.time, "debounced", f"debounced until {iso(due)} (the latest call of {key})", details
+        )
+    if answer in ("1", False, None, "0"):  # its burst's latest, or nothing recorded: it ran
+        return Decision(
+            entry.time, "debounce_due", f"came due as its burst's latest call of {key}: runs", details
+        )
+    newer = str(answer)
+    details["replaced_by"] = newer
+    return Decision(
+        entry.time,
+        "replaced",
+        f"replaced by a newer call {newer} ({context.state_of(newer)}): skipped",
+        details,
+    )
 
 
 MODE = DebounceMode()

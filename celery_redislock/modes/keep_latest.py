@@ -28,6 +28,7 @@ from ..config.schema import OptionSpec
 from ..engine import Lease
 from ..engine.checks import check_flag
 from ..engine.counting import count
+from ..engine.decision_record import Entry, Record, run_recorded
 from ..engine.holders import any_delivery_prefix, tagged_id, task_id_of
 from ..engine.keys import slot_key
 from ..engine.leases import REDIS_ERRORS, as_text
@@ -35,6 +36,7 @@ from ..engine.script_runner import ScriptRunner, package_script
 from ..engine.scripts import ttl_arg
 from ..engine.timing import DEFAULT_RETRY_DELAY, to_ms
 from ..integration.acquisition import Execution, Outcome, Refused, hold
+from ..integration.explain_readers import Context, Decision, padded, reader
 from ..integration.mode import Send
 from ..integration.outcomes import on_duplicate
 from ..integration.plain import PlainMode
@@ -199,6 +201,7 @@ def _step(execution: Execution, recheck: bool) -> LatestReply:
         latest_ttl(options),
         recheck=recheck,
         deliveries=any_delivery_prefix(execution.task_id),
+        record=execution.runtime.noted(execution.task_id, KEEP_LATEST_DECISION, execution.key),
     )
 
 
@@ -248,13 +251,45 @@ def step(
     *,
     recheck: bool,
     deliveries: str,
+    record: Record | None = None,
 ) -> LatestReply:
     """Record ``task_id`` as the latest call of ``key`` (a ``recheck``: only if it still is) and
     take the lock for ``holder`` if it is free. A lock held by another delivery of this very
-    message (a holder id starting with ``deliveries``) leaves the latest call alone."""
+    message (a holder id starting with ``deliveries``) leaves the latest call alone. ``record``:
+    the answer kept in the call's record of decisions too."""
     args = [holder, ttl_arg(ttl_ms), task_id, ttl_arg(latest_ttl_ms), "1" if recheck else "0", deliveries]
-    code, other = scripts.run(KEEP_LATEST, [key, latest_key(key)], args)
+    code, other = run_recorded(scripts, KEEP_LATEST, [key, latest_key(key)], args, record)
     return LatestReply(_STATUS[int(code)], as_text(other))
+
+
+#: The kind of keep_latest's entries in a call's record: each look at its key.
+KEEP_LATEST_DECISION = "keep_latest"
+
+
+_LATEST = {"1": "latest", "0": "replaced", "2": "pending"}
+
+
+@reader(KEEP_LATEST_DECISION)
+def _keep_latest(entry: Entry, context: Context) -> Decision:
+    (key,) = padded(entry.fields, 1)
+    reply = entry.reply if isinstance(entry.reply, list) else [entry.reply, ""]
+    status = _LATEST.get(str(reply[0]), "?")
+    other = str(reply[1] or "")
+    details: dict[str, Any] = {"key": key, "status": status}
+    if status == "latest":
+        return Decision(entry.time, "acquired", f"the latest call of {key}: took its lock", details)
+    if status == "replaced":
+        details["replaced_by"] = other
+        return Decision(
+            entry.time,
+            "replaced",
+            f"replaced by a newer call {other} ({context.state_of(task_id_of(other))}): skipped",
+            details,
+        )
+    details["holder"] = other
+    return Decision(
+        entry.time, "pending", f"the latest call of {key}, pending while {other} holds it", details
+    )
 
 
 MODE = KeepLatestMode()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import json.encoder
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -16,6 +17,7 @@ from ..engine.keys import parse_key
 from ..engine.leases import REDIS_ERRORS
 from ..integration.runtime import Runtime
 from .cli_common import cli_of, redis_errors, redis_failure, runtime_of
+from .explain import explain as explain_call
 from .fair_cli import fair
 from .hold_cli import hold
 from .inventory import mode_keys
@@ -296,6 +298,25 @@ def _say_left(cli: CLIContext, runtime: Runtime, task: str | None) -> None:
             f"Left {left} mode key(s): each records calls still queued or a window not over, and "
             "ends with them; deleting one would run calls its mode holds back ('list' shows them)"
         )
+
+
+@redislock.command(cls=CeleryCommand)
+@click.argument("task_id")
+@_flag("--json", "as_json", text="Print the explanation as one JSON object.", group="Explain Options")
+@click.pass_context
+@redis_errors
+def explain(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """Say what the package decided each time it saw the call TASK_ID, newest first, with the
+    lock Redis's time: took its lock (still held?), skipped it as a duplicate (of whom, and that
+    call's state now), re-queued it to retry, postponed it to a slot of a limit, held it by a
+    pause, put it in a fair-share lane, debounced it, dropped a copy. For a call it never saw:
+    what the result backend and the broker can tell."""
+    explanation = explain_call(runtime_of(ctx).app, task_id)
+    cli = cli_of(ctx)
+    if as_json:
+        cli.echo(json.dumps(explanation.as_dict(), indent=2))
+        return
+    _echo_lines(cli, explanation.lines())
 
 
 redislock.add_command(limit)

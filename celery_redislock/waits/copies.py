@@ -14,6 +14,7 @@ script call as its slot.
 
 from __future__ import annotations
 
+from ..engine.decision_record import Record, run_recorded
 from ..engine.script_runner import ScriptRunner, package_script
 from ..engine.timing import to_ms
 
@@ -45,11 +46,11 @@ def record_ttl_ms(countdown: float, hold: float) -> int:
 STALE, LIVE, UNKNOWN = 0, 1, 2
 
 
-def claim(scripts: ScriptRunner, key: str, token: str, ttl_ms: int) -> int:
+def claim(scripts: ScriptRunner, key: str, token: str, ttl_ms: int, record: Record | None = None) -> int:
     """A copy named ``token`` ("" the message as first sent) arrived: ``LIVE`` if it is the live
     one from now on, ``STALE`` if another copy is, ``UNKNOWN`` if the call has no record (never
-    put off, or its run ended)."""
-    return int(scripts.run(COPY_TOKEN, [key], ["claim", token, "", ttl_ms]))
+    put off, or its run ended). ``record``: the answer kept in the call's record of decisions."""
+    return int(run_recorded(scripts, COPY_TOKEN, [key], ["claim", token, "", ttl_ms], record))
 
 
 def forget(scripts: ScriptRunner, key: str) -> None:

@@ -36,6 +36,7 @@ from celery.states import IGNORED, REJECTED, RETRY
 
 from ..config.settings import AppSettings
 from ..engine.counting import add_counters, count
+from ..engine.decision_record import COPY_DECISION, Record
 from ..engine.keys import copy_key
 from ..engine.leases import REDIS_ERRORS
 from ..engine.script_runner import ScriptRunner
@@ -108,6 +109,8 @@ class Waiting(Protocol):
 
     @property
     def settings(self) -> AppSettings: ...
+
+    def noted(self, task_id: str, kind: str, *fields: str) -> Record | None: ...
 
 
 def put_off(
@@ -182,7 +185,10 @@ def claim_copy(task: AnyTask, runtime: Waiting, request: Any) -> bool:
     if mine is None and not (request.delivery_info or {}).get("redelivered"):
         return False
     key = copy_key(runtime.settings.key_prefix, str(request.id))
-    answer = claim(runtime.scripts, key, str(mine or ""), record_ttl_ms(0, 2 * runtime.settings.max_postpone))
+    noted = runtime.noted(str(request.id), COPY_DECISION, str(mine or ""))
+    answer = claim(
+        runtime.scripts, key, str(mine or ""), record_ttl_ms(0, 2 * runtime.settings.max_postpone), noted
+    )
     if answer == STALE:
         drop_stale(task)
     if answer == UNKNOWN:

@@ -38,6 +38,11 @@ SETTING_DOCS = {
     "``/metrics`` on (the ``metrics`` extra). None: no endpoint.",
     "redislock_metrics_host": "The address the metrics endpoint listens on: loopback unless told "
     "otherwise (``0.0.0.0`` for a scraper on another host).",
+    "redislock_explain": "Keep a record of each call's decisions for ``celery redislock explain`` "
+    "(:doc:`/operations/stuck`), written in the round trip each decision makes anyway. False: "
+    "none is kept, and ``explain`` says so.",
+    "redislock_explain_ttl": "Seconds a call's record of decisions is kept after its last "
+    "decision (a day by default).",
     "redislock_compat_legacy_keys": "The compat bases also honour and clear the old libraries' "
     "keys (a rolling switch from celery-once / celery-singleton).",
 }

@@ -518,7 +518,26 @@ def test_setting_defaults() -> None:
         "redislock_limits": None,
         "redislock_metrics_port": None,
         "redislock_metrics_host": "127.0.0.1",
+        "redislock_explain": True,
+        "redislock_explain_ttl": 86400,
     }
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "says"),
+    [
+        ("redislock_explain", "yes", "must be True or False"),
+        ("redislock_explain_ttl", 0, "redislock_explain_ttl"),
+        ("redislock_explain_ttl", "a day", "redislock_explain_ttl"),
+    ],
+)
+def test_the_record_settings_are_checked(setting: str, value: object, says: str) -> None:
+    with pytest.raises(OptionError, match=says):
+        read_settings({**BROKER, setting: value})
+    assert (
+        read_settings({**BROKER, "redislock_explain": False, "redislock_explain_ttl": 0}).explain_ttl is None
+    )
+    assert read_settings({**BROKER, "redislock_explain_ttl": 60}).explain_ttl == 60.0
 
 
 def test_read_settings_validates_and_resolves() -> None:

@@ -18,6 +18,7 @@ from ...integration.runtime import runtime_for
 from ..cli_common import redis_failure_text
 from ..listing import release_held, task_of
 from .display import breakable
+from .explain_view import add_explain_view
 from .guard import CSRF_FIELD, Auth, csrf_token, harden, valid_csrf
 from .history import CounterHistory, StatsPoller
 from .holds_web import add_hold_routes
@@ -209,6 +210,7 @@ def create_app(
         return redirect(url_for("index") + (f"?{urlencode(back)}" if back else ""), 303)
 
     add_hold_routes(web, app, allow_holds)
+    add_explain_view(web, app)
     return web
 
 
