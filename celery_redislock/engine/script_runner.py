@@ -188,7 +188,13 @@ class ScriptRunner:
                     reply = pipelined_with(held, args, quiet)
                 else:
                     reply = held.execute_command(*args)  # type: ignore[no-untyped-call]
-            except ResponseError:  # the server's answer: the connection is in order
+            except ResponseError:
+                # The server's answer: the connection is in order, unless commands went quiet on
+                # it. A server that stopped taking CLIENT REPLY (an ACL changed) answers a refused
+                # skip and the command after it, replies a later command would take for its own
+                # (a held key read as taken): the connection is dropped with them.
+                if self._quiet:
+                    self._give_back(held)
                 raise
             except RedisConnectionError:
                 # Given back, and this call sent again through the pool, which connects its

@@ -28,9 +28,12 @@ from ..config.mode_rules import Clash
 from ..config.options import LockOptions
 from ..config.schema import OptionSpec
 from ..engine.counting import count
+from ..engine.decision_record import Entry
 from ..engine.holds import HoldKey
+from ..engine.timing import to_ms, to_seconds
 from ..errors import LockKeyError, OptionError
 from ..integration.acquisition import Execution
+from ..integration.explain_readers import Context, Decision, iso, padded, reader
 from ..integration.runtime import Runtime, run_function
 from ..waits.put_off import put_off
 from .hold_watch import Snapshot, watched
@@ -38,7 +41,7 @@ from .hold_watch import Snapshot, watched
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
 
-__all__ = ["GATE", "RECHECK", "HoldGate"]
+__all__ = ["GATE", "HOLD_DECISION", "RECHECK", "HoldGate"]
 
 logger = logging.getLogger(__name__)
 
@@ -143,8 +146,33 @@ class HoldGate:
             until,
             wait,
         )
-        put_off(task, runtime, wait, token=True)
+        # Kept in the call's record (explain) with the hold's end as ms left (the watch's clock
+        # is this process's, the record's the server's) and when it looks again.
+        held_ms = "" if ends is None else str(to_ms(ends - now, minimum=0))
+        noted = runtime.noted(str(task.request.id), HOLD_DECISION, what, held_ms, str(to_ms(wait, minimum=0)))
+        put_off(task, runtime, wait, token=True, noted=noted)
         raise Ignore()
+
+
+#: The kind of a held call's entries in its record: what holds it, for how long, its next look.
+HOLD_DECISION = "hold"
+
+
+@reader(HOLD_DECISION)
+def _held(entry: Entry, context: Context) -> Decision:
+    what, held_ms, look_ms = padded(entry.fields, 3)
+    at = entry.time
+    until = None if at is None or not held_ms else at + to_seconds(int(held_ms))
+    look = None if at is None or not look_ms else at + to_seconds(int(look_ms))
+    details: dict[str, Any] = {"hold": what, "until": until, "looks_again": look}
+    lasts = "until lifted" if not held_ms else f"until {iso(until)}"
+    by = f"its task's calls with {what}" if what else "its task"
+    return Decision(
+        at,
+        "held",
+        f"held by an operator's hold of {by} {lasts}: re-queued to look again at {iso(look)}",
+        details,
+    )
 
 
 GATE = HoldGate()

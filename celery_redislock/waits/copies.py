@@ -58,9 +58,12 @@ def forget(scripts: ScriptRunner, key: str) -> None:
     scripts.execute("DEL", key)
 
 
-def hand_on(scripts: ScriptRunner, key: str, token: str, next_token: str, ttl_ms: int) -> bool:
-    """The copy ``token`` is about to publish copy ``next_token``: False if it is stale."""
-    return bool(scripts.run(COPY_TOKEN, [key], ["hand_on", token, next_token, ttl_ms]))
+def hand_on(
+    scripts: ScriptRunner, key: str, token: str, next_token: str, ttl_ms: int, record: Record | None = None
+) -> bool:
+    """The copy ``token`` is about to publish copy ``next_token``: False if it is stale.
+    ``record``: why it is put off, kept in the call's record of decisions too."""
+    return bool(run_recorded(scripts, COPY_TOKEN, [key], ["hand_on", token, next_token, ttl_ms], record))
 
 
 def confirm(scripts: ScriptRunner, key: str, token: str, ttl_ms: int) -> bool:

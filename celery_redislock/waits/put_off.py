@@ -124,6 +124,7 @@ def put_off(
     keep_retries: bool = True,
     token: bool = False,
     exc: Exception | None = None,
+    noted: Record | None = None,
 ) -> Any:
     """Re-publish the running call to come back in ``seconds`` (``broker_delay.countdown_for``:
     ``precise``, it may come back up to a second early on native delayed delivery and waits out
@@ -132,6 +133,7 @@ def put_off(
     bounded, its copy carrying this run's ``request.retries`` unless not ``keep_retries``.
     ``token``: with a copy token, for a copy that keeps its ``request.retries`` and holds no
     rate slot (a retry's copy, ``retries`` > 0, is dropped by its result once its call ran).
+    ``noted``: with a copy token, the decision kept in the call's record in the same script call.
 
     Returns Celery's ``Retry`` (the caller raises it, or ``Ignore``); raises ``Ignore`` if this
     very copy is stale (another copy of the call took over: nothing is published)."""
@@ -148,7 +150,7 @@ def put_off(
         next_token = uuid.uuid4().hex
         record = copy_key(runtime.settings.key_prefix, str(request.id))
         ttl_ms = record_ttl_ms(countdown, 2 * runtime.settings.max_postpone)
-        if not hand_on(runtime.scripts, record, mine, next_token, ttl_ms):
+        if not hand_on(runtime.scripts, record, mine, next_token, ttl_ms, noted):
             drop_stale(task)
         sent[COPY_HEADER] = next_token
     if bounded:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ from celery import Celery
 from celery_redislock import DuplicateTaskError, RateLimitPaused, SingletonTask, explain
 from celery_redislock.contrib.testing import poll
 from celery_redislock.engine.keys import copy_key
+from celery_redislock.ops.holds import hold_calls, lift_calls
 from celery_redislock.waits.copies import COPY_HEADER
 
 from .mode_harness import key_for
@@ -227,6 +229,35 @@ def test_a_pause_is_told_with_its_end(make_app: Callable[..., Celery], worker: A
     assert pause.details["pause_end"] == pytest.approx(pause.time + 1.5, abs=0.1)  # type: ignore[operator]
     assert "held by a pause of limit" in pause.text
     assert decisions[1].time is not None and decisions[1].time >= pause.details["pause_end"] - 0.05
+
+
+def test_a_call_held_by_an_operator_is_told_what_holds_it_and_until_when(
+    make_app: Callable[..., Celery], worker: Any
+) -> None:
+    # Seen red before the hold gate kept its decision: the held call was told only "the live
+    # copy of the call", never held.
+    app = make_app(redislock_max_postpone=1)
+
+    @app.task(base=SingletonTask, shared=False, name="explain.held")
+    def held(tenant: str, n: int) -> int:
+        return n
+
+    set_at = time.time()
+    hold_calls(app, "explain.held", {"tenant": "acme"}, seconds=30)
+    try:
+        with worker(app, concurrency=1):  # the worker reads the hold as it starts
+            result = held.delay("acme", 3)
+            assert poll(lambda: "held" in kinds(app, result.id), timeout=30), kinds(app, result.id)
+            hold = next(d for d in explain(app, result.id).decisions if d.kind == "held")
+            assert hold.details["hold"] == "tenant=acme"
+            assert hold.details["until"] == pytest.approx(set_at + 30, abs=3)
+            assert hold.time is not None and hold.details["looks_again"] >= hold.time
+            assert "held by an operator's hold of its task's calls with tenant=acme until " in hold.text
+            lift_calls(app, "explain.held", {"tenant": "acme"})
+            assert result.get(timeout=30) == 3
+    finally:
+        lift_calls(app, "explain.held", {"tenant": "acme"})
+    assert kinds(app, result.id)[0] == "acquired"  # newest first: it ran once lifted
 
 
 def test_a_debounced_call_is_told_until_when_and_a_replaced_one_by_whom(
