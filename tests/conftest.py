@@ -87,6 +87,32 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [f"redis server: {server_version(executable)} ({executable})", broker]
 
 
+#: Shared SingletonTasks already reported: a leak fails the test that left it, not every later one.
+_leaks_reported: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def no_shared_singleton_task_left() -> Iterator[None]:
+    """A SingletonTask defined in a test without ``shared=False`` joins every app made after it
+    in the same test process, and a later test meets it by test order (a debounced task broke the
+    page's fair-share view of another test's app). Fails the test that left one."""
+    yield
+    from celery import Celery
+
+    from celery_redislock import SingletonTask
+
+    fresh = Celery("leak-check", set_as_current=False)
+    try:
+        fresh.finalize()
+        names = {name for name, task in fresh.tasks.items() if isinstance(task, SingletonTask)}
+    except Exception as exc:  # a leaked task whose options no app can take
+        names = {f"(a task that fails to bind: {exc})"}
+    leaked = sorted(names - _leaks_reported)
+    _leaks_reported.update(names)
+    if leaked:
+        pytest.fail(f"left SingletonTask(s) shared with every later app: {leaked}; define them shared=False")
+
+
 @pytest.fixture
 def sentinels(redislock_sentinel: SentinelSet) -> Iterator[SentinelSet]:
     yield redislock_sentinel

@@ -83,7 +83,9 @@ def test_postponed_calls_are_measured_late_by_kind_on_the_servers_clock(
 
     # A burst of one key (its arguments): the last call runs, half a second after it was sent.
     # Sent through the task (its mode records the burst, publishes with its delay and due time).
-    sender = client.task(base=SingletonTask, bind=True, name="late.debounced", debounce=0.5)(_never_run)
+    sender = client.task(base=SingletonTask, bind=True, name="late.debounced", debounce=0.5, shared=False)(
+        _never_run
+    )
     burst = [sender.delay("k", 0) for _ in range(3)]
     assert burst[-1].get(timeout=30) == "debounced"
     assert poll(lambda: measured(port, "debounced", "debounce")[0] == 1, 15), scrape(port)
