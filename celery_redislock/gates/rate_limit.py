@@ -62,6 +62,7 @@ from .rate_calls import (
     pauses_of,
     rate_key,
 )
+from .rate_in_flight import take_in_flight
 from .rate_inventory import LIMIT_SUFFIX, describe_limit_key, describe_rate_key, named_keys
 from .rate_postpone import COME_BACK_EARLY, drop_copy, postpone
 from .rate_reports import report_outcome, report_overload
@@ -204,13 +205,14 @@ class RateLimitGate:
             )
             if decision.allowed:
                 started(task, decision.now_ms)  # a postponed call: how late after its slot
-                return
+                break
             if decision.status == "started":
                 if finished(task):
                     drop_copy(task, execution, key, "it has run already")
-                # Its run started and has no result: its process may have died mid-run. The
-                # lock decides (a live holder re-queues it), its start is not counted again.
-                return
+                # Its run started and has no result: its process may have died mid-run, or it
+                # waited for an in-flight slot. The lock decides (a live holder re-queues it),
+                # its start is not counted again.
+                break
             if decision.status == "held":
                 drop_copy(task, execution, key, "another copy of it holds its slot")
             # Eager: nothing to re-queue. A wait the broker cannot carry is waited out here; a
@@ -219,6 +221,7 @@ class RateLimitGate:
             if (over or decision.wait > shortest_broker_wait(task.app)) and not request.is_eager:
                 postpone(task, execution.runtime, calls, decision, token, hop)
             time.sleep(decision.wait)
+        take_in_flight(task, execution, calls)  # admitted by its rates: now its calls at once
 
     def partition(self, task: AnyTask, execution: Execution) -> str:
         """The Redis key of the log of the running call's ``global_rate_limit`` partition."""

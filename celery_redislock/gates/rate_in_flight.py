@@ -1,0 +1,131 @@
+"""A call's adaptive in-flight limits (a named limit declared with ``in_flight``): as it is
+admitted, after its rates, it takes a slot of each (``engine.adaptive_in_flight``: N read from
+the partition's one state in the same script call), renewed while it runs and given back when
+the run ends. A call over N is neither run nor dropped: it is put off (``waits.put_off``, with a
+copy token) to ask again in ``FLIGHT_RECHECK``; its start stays counted by its rates, so it is
+not decided again there. A limit without ``in_flight`` costs nothing here."""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from celery.exceptions import Ignore
+from celery.signals import task_postrun
+
+from ..engine.adaptive_in_flight import FlightSlot, InFlight, in_flight_key, take_flight
+from ..engine.counting import count
+from ..engine.leases import REDIS_ERRORS, SemaphoreLease
+from ..engine.renewal import get_renewer
+from ..integration.acquisition import Execution
+from ..integration.runtime import Runtime
+from ..waits.put_off import put_off
+from .rate_calls import CallLimits, catalog_of
+
+if TYPE_CHECKING:
+    from ..integration.plain import AnyTask
+
+__all__ = ["COUNTERS", "FLIGHT_FIELD", "FLIGHT_RECHECK", "flights_of", "take_in_flight"]
+
+logger = logging.getLogger(__name__)
+
+COUNTERS: Mapping[str, str] = {
+    "in_flight_waited": "calls over an adaptive in-flight limit (N calls of a partition at once), put off to ask again",
+}
+
+#: Seconds a call over an in-flight limit waits before it asks again.
+FLIGHT_RECHECK = 0.5
+#: The request attribute holding the in-flight slots a running call holds: ``(runtime, leases)``.
+FLIGHT_FIELD = "redislock_in_flight"
+
+
+def flights_of(runtime: Runtime, calls: CallLimits) -> list[tuple[str, str, InFlight]]:
+    """``(log, name, bounds)`` of each of the call's limits with an adaptive ``in_flight``."""
+    found = []
+    catalog = None
+    for limit in calls.limits:
+        if not limit.name:
+            continue
+        catalog = catalog_of(runtime) if catalog is None else catalog
+        declared = catalog.get(limit.name)
+        spec = None if declared is None or declared.adaptive is None else declared.adaptive.in_flight
+        if spec is not None:
+            found.append((limit.key, limit.name, spec))
+    return found
+
+
+def take_in_flight(task: AnyTask, execution: Execution, calls: CallLimits) -> None:
+    """Take a slot of each of the call's in-flight limits, or give back those taken and put the
+    call off to ask again (raises ``Ignore``; an eager call waits here). Raises
+    ``redis.RedisError`` when Redis is unreachable (``on_redis_error`` applies)."""
+    runtime, options = execution.runtime, execution.options
+    flights = flights_of(runtime, calls)
+    if not flights:
+        return
+    ttl_ms = options.timeout_ms
+    while True:
+        leases: list[SemaphoreLease] = []
+        refused: tuple[str, FlightSlot] | None = None
+        try:
+            for log, name, spec in flights:
+                slot = take_flight(runtime.scripts, log, execution.holder, ttl_ms, spec)
+                if not slot.taken:
+                    refused = (name, slot)
+                    break
+                # Renewed with the ceiling as its limit: a slot is never re-taken above it.
+                leases.append(SemaphoreLease(in_flight_key(log), execution.holder, ttl_ms, spec.ceiling))
+        except BaseException:
+            _give_back(runtime, leases)
+            raise
+        if refused is None:
+            break
+        _give_back(runtime, leases)
+        name, slot = refused
+        count("in_flight_waited", task=task.name)
+        logger.info(
+            "%s[%s] waits: in-flight limit %s runs %d of %d call(s) at once; asks again in %gs",
+            task.name,
+            execution.task_id,
+            name,
+            slot.running,
+            slot.limit,
+            FLIGHT_RECHECK,
+        )
+        request = task.request
+        if not request.is_eager:
+            put_off(task, runtime, FLIGHT_RECHECK, token=True)
+            raise Ignore()
+        time.sleep(FLIGHT_RECHECK)  # eager: nothing to re-queue
+    renewer = get_renewer()
+    for lease in leases:
+        renewer.add(runtime.semaphores, lease, options.renew_interval_s)
+    request = task.request if execution.request is None else execution.request
+    vars(request)[FLIGHT_FIELD] = (runtime, leases)
+    if task not in _flying:  # connected for tasks with in-flight limits only
+        _flying.add(task)
+        task_postrun.connect(_release_flights, sender=task, weak=False)
+
+
+def _give_back(runtime: Runtime, leases: list[SemaphoreLease]) -> None:
+    for lease in leases:
+        get_renewer().discard(runtime.semaphores, lease)
+        try:
+            runtime.semaphores.release(lease.key, lease.holder)
+        except REDIS_ERRORS as exc:  # it expires with its lease
+            count("redis_errors")
+            logger.warning("Could not give back in-flight slot %s of %s: %r", lease.key, lease.holder, exc)
+
+
+#: The tasks whose runs ``_release_flights`` follows (each connected once, on its first slot).
+_flying: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _release_flights(sender: Any = None, task: Any = None, **_: Any) -> None:
+    """The run ended (whatever its outcome): give its in-flight slots back."""
+    request = getattr(task, "request", None)
+    held = vars(request).pop(FLIGHT_FIELD, None) if request is not None else None
+    if held is not None:
+        _give_back(*held)
