@@ -146,3 +146,59 @@ def poll_served(load: Load, sent: int) -> bool:
     from celery_redislock.contrib.testing import poll
 
     return bool(poll(lambda: set(range(sent)) <= set(load.served()), 90))
+
+
+def test_limit_show_the_page_and_the_gauge_say_calls_at_once_their_bounds_and_last_reason(
+    make_app: Callable[..., Celery], locks: redis.Redis
+) -> None:
+    # Seen red before they read the in-flight state: show, the page and the gauge said the rate
+    # alone.
+    import json
+
+    from celery.bin.base import CLIContext
+    from click.testing import CliRunner
+    from prometheus_client import generate_latest
+
+    from celery_redislock.engine.adaptive_rates import report_call
+    from celery_redislock.ops.limit_cli import limit as limit_command
+    from celery_redislock.ops.metrics import lock_registry
+    from celery_redislock.ops.web import create_app
+
+    limit = {"floor": 1, "ceiling": 40, "start": 10, "in_flight": {"floor": 1, "ceiling": 8, "start": 8}}
+    app = make_app(redislock_limits={"partner": limit})
+    runtime = runtime_for(app)
+    log = named_log(runtime.settings.key_prefix, "partner")
+    adaptive = runtime.settings.limits["partner"].adaptive
+    assert adaptive is not None and adaptive.in_flight is not None
+    why = "RateLimitPaused (retry after 1s)"
+    report_call(runtime.scripts, log, "partner", adaptive, "over", 0.0, why)
+    change = report_flight(runtime.scripts, log, adaptive.in_flight, "over", 0.0, why)
+    assert change is not None and (change.old, change.new) == (8, 6)
+    assert take_flight(runtime.scripts, log, "h1", 60_000, adaptive.in_flight).taken
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(
+            limit_command, list(args), obj=CLIContext(app=app, no_color=True, workdir=".", quiet=False)
+        )
+
+    shown = run("show").output
+    assert "adaptive 1/s to 40/s, start 10/s; in flight 1 to 8 at once, start 8  [redislock_limits]" in shown
+    assert f"in flight 6 at once, 1 running (1 change(s), the last: {why})" in shown
+    (listed,) = [each for each in json.loads(run("show", "--json").output) if each["name"] == "partner"]
+    assert listed["adaptive"]["in_flight"] == {"floor": 1, "ceiling": 8, "start": 8}
+    flight = listed["partitions"][0]["adaptive"]["in_flight"]
+    assert (flight["limit"], flight["running"], flight["reason"]) == (6, 1, why)
+
+    page = create_app(app, poll_interval=60)
+    try:
+        html = page.test_client().get("/").get_data(as_text=True)
+    finally:
+        page.extensions["redislock"].stop()
+    assert "(adaptive, 1/s to 40/s; in flight 1 to 8 at once)" in html
+    assert (
+        f'<span class="adaptive">6 at once</span> <span class="note">(1 running; last change: {why})' in html
+    )
+
+    metrics = generate_latest(lock_registry(app=app)).decode()
+    assert f'redislock_adaptive_in_flight{{limit="partner",partition="{log}"}} 6.0' in metrics
+    assert 'redislock_adaptive_in_flight_ceiling{limit="partner"} 8.0' in metrics
