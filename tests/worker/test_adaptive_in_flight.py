@@ -140,6 +140,10 @@ def test_an_in_flight_limit_finds_the_partners_cap_across_workers_and_serves_eac
             for name in names
         )
         assert changes >= 2
+        waited = sum(
+            (stats_of(app, name) or {"counters": {}})["counters"].get("in_flight_waited", 0) for name in names
+        )
+        assert waited >= 1  # calls over N were put off, and served once all the same
 
 
 def poll_served(load: Load, sent: int) -> bool:
