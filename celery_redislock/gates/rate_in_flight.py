@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import Ignore
 from celery.signals import task_postrun
 
+from ..config.options import LockOptions
 from ..engine.adaptive_in_flight import FlightSlot, InFlight, in_flight_key, take_flight
 from ..engine.counting import count
 from ..engine.leases import REDIS_ERRORS, SemaphoreLease
@@ -23,12 +24,20 @@ from ..engine.renewal import get_renewer
 from ..integration.acquisition import Execution
 from ..integration.runtime import Runtime
 from ..waits.put_off import put_off
-from .rate_calls import CallLimits, catalog_of
+from .rate_calls import CallLimits, LimitResolver, catalog_of
 
 if TYPE_CHECKING:
     from ..integration.plain import AnyTask
 
-__all__ = ["COUNTERS", "FLIGHT_FIELD", "FLIGHT_RECHECK", "flights_of", "take_in_flight"]
+__all__ = [
+    "COUNTERS",
+    "FLIGHT_FIELD",
+    "FLIGHT_RECHECK",
+    "FLIGHT_SUFFIX",
+    "flights_of",
+    "held_flights",
+    "take_in_flight",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +47,8 @@ COUNTERS: Mapping[str, str] = {
 
 #: Seconds a call over an in-flight limit waits before it asks again.
 FLIGHT_RECHECK = 0.5
+#: What ``held_slots`` names an in-flight slot (the log says "Gave back in_flight slot ...").
+FLIGHT_SUFFIX = "in_flight"
 #: The request attribute holding the in-flight slots a running call holds: ``(runtime, leases)``.
 FLIGHT_FIELD = "redislock_in_flight"
 
@@ -54,6 +65,23 @@ def flights_of(runtime: Runtime, calls: CallLimits) -> list[tuple[str, str, InFl
         spec = None if declared is None or declared.adaptive is None else declared.adaptive.in_flight
         if spec is not None:
             found.append((limit.key, limit.name, spec))
+    return found
+
+
+def held_flights(
+    resolver: LimitResolver, runtime: Runtime, task: Any, options: LockOptions, context: Any
+) -> list[tuple[str, str]]:
+    """``(key, name)`` of each in-flight slot a call of ``task`` (its request's ``context``) takes
+    by its execution's holder id: the worker's parent gives back a dead child's
+    (``parent_release``), as it frees its lock, rather than at the end of its lease."""
+    if not options.value("rate_limits"):
+        return []
+    catalog = catalog_of(runtime)
+    found = []
+    for name, log in resolver.named_logs(runtime, task, options, context.args or (), context.kwargs or {}):
+        declared = catalog.get(name)
+        if declared is not None and declared.adaptive is not None and declared.adaptive.in_flight is not None:
+            found.append((in_flight_key(log), FLIGHT_SUFFIX))
     return found
 
 

@@ -62,7 +62,7 @@ from .rate_calls import (
     pauses_of,
     rate_key,
 )
-from .rate_in_flight import take_in_flight
+from .rate_in_flight import held_flights, take_in_flight
 from .rate_inventory import LIMIT_SUFFIX, describe_limit_key, describe_rate_key, named_keys
 from .rate_postpone import COME_BACK_EARLY, drop_copy, postpone
 from .rate_reports import report_outcome, report_overload
@@ -296,6 +296,14 @@ class RateLimitGate:
         )
         logger.debug("%s[%s] re-queued after the pause ending at %.3f (server time)", task.name, task_id, end)
         postpone(task, runtime, calls, decision, token, hop, paused=True)
+
+    def held_slots(
+        self, runtime: Runtime, task: Any, options: LockOptions, context: Any
+    ) -> list[tuple[str, str]]:
+        """``(key, name)`` of the in-flight slots a running call (its request's ``context``) took
+        by its execution's holder id, which the worker's parent gives back for a child that died
+        holding them (``parent_release``)."""
+        return held_flights(self.limits, runtime, task, options, context)
 
     def describe_key(
         self, runtime: Runtime, key: str, task_name: str, suffix: str, value: str | None

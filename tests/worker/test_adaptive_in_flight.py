@@ -14,12 +14,13 @@ import redis
 from celery import Celery
 
 from celery_redislock import OptionError, declare_limit
+from celery_redislock.contrib.testing import WorkerProcess, poll
 from celery_redislock.engine.adaptive_in_flight import flight_state, in_flight_key, report_flight, take_flight
 from celery_redislock.gates.rate_calls import named_log
 from celery_redislock.integration.runtime import runtime_for
 from tests.harness.partner import Partner
 
-from .conftest import stats_of
+from .conftest import stats_of, worker_module
 from .mode_harness import Deployment, node
 from .test_adaptive_limits import Load, module, partner_task
 
@@ -69,8 +70,6 @@ def test_n_calls_at_once_read_from_the_shared_state_cut_by_an_overload_grown_by_
     locks.delete(in_flight_key(log))
     assert all(take(f"d{i}", ttl_ms=200) for i in range(4))
     assert take("after") is False
-    from celery_redislock.contrib.testing import poll
-
     assert poll(lambda: take("after"), 10)
 
 
@@ -146,9 +145,46 @@ def test_an_in_flight_limit_finds_the_partners_cap_across_workers_and_serves_eac
         assert waited >= 1  # calls over N were put off, and served once all the same
 
 
-def poll_served(load: Load, sent: int) -> bool:
-    from celery_redislock.contrib.testing import poll
+#: A call of the tenant's partition: the first one's process dies mid-run, holding its slot.
+DYING = """
+import signal
 
+app.conf.redislock_limits = {
+    "api": {"floor": 1, "ceiling": 100, "start": 100, "in_flight": {"floor": 1, "ceiling": 1}},
+}
+
+
+@app.task(base=SingletonTask, bind=True, name="flight.dying", lock=False, rate_limits={"api": ["tenant"]},
+          lock_timeout=120)
+def dying(self, tenant, n):
+    coord.rpush("ran:" + tenant, n)
+    if n == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return n
+"""
+
+
+def test_a_dead_childs_in_flight_slot_is_given_back_by_its_parent_not_at_the_end_of_its_lease(
+    urls: dict[str, str],
+    worker_process: Callable[..., WorkerProcess],
+    make_app: Callable[..., Celery],
+    coord: redis.Redis,
+    locks: redis.Redis,
+) -> None:
+    # Seen red without the gate's held_slots: the dead child's slot was held for its 120 s lease,
+    # the next call of the tenant put off again and again.
+    proc = worker_process(worker_module(urls, "flight", DYING), "-c", "1")
+    client = make_app()
+    first = client.send_task("flight.dying", args=["t1", 0])
+    assert poll(lambda: coord.llen("ran:t1") >= 1, 30)
+    second = client.send_task("flight.dying", args=["t1", 1])
+    assert second.get(timeout=40) == 1, proc.log()
+    assert "Gave back in_flight slot" in proc.log()
+    assert first.state == "FAILURE"  # its process died: WorkerLostError, not run again
+    assert [int(n) for n in coord.lrange("ran:t1", 0, -1)] == [0, 1]
+
+
+def poll_served(load: Load, sent: int) -> bool:
     return bool(poll(lambda: set(range(sent)) <= set(load.served()), 90))
 
 
