@@ -74,13 +74,22 @@ def held_flights(
     """``(key, name)`` of each in-flight slot a call of ``task`` (its request's ``context``) takes
     by its execution's holder id: the worker's parent gives back a dead child's
     (``parent_release``), as it frees its lock, rather than at the end of its lease."""
-    if not options.value("rate_limits"):
+    named = options.value("rate_limits") or ()
+    if not named:
         return []
     catalog = catalog_of(runtime)
+
+    def flying(name: str) -> bool:
+        declared = catalog.get(name)
+        return (
+            declared is not None and declared.adaptive is not None and declared.adaptive.in_flight is not None
+        )
+
+    if not any(flying(name) for name, _ in named):
+        return []  # no partition computed from a dead child's arguments for nothing
     found = []
     for name, log in resolver.named_logs(runtime, task, options, context.args or (), context.kwargs or {}):
-        declared = catalog.get(name)
-        if declared is not None and declared.adaptive is not None and declared.adaptive.in_flight is not None:
+        if flying(name):
             found.append((in_flight_key(log), FLIGHT_SUFFIX))
     return found
 
