@@ -8,6 +8,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
+from ..engine.adaptive_in_flight import InFlight
 from ..engine.adaptive_rates import RULES, AdaptiveRate, per_second
 from ..engine.checks import BadValue, check_count, got, positive_seconds
 from ..errors import OptionError, short_repr
@@ -22,6 +23,7 @@ ADAPTIVE_KEYS: Mapping[str, str] = {
     "burst": "calls at most at once (an int >= 1, default 1)",
     "overload": "exceptions that report an overload: classes, or names ('TimeoutError', 'httpx.ReadTimeout')",
     "latency_target": "seconds above which a success reports a slow call (default: none)",
+    "in_flight": "calls at once, adaptive too: {'floor': int, 'ceiling': int, 'start': int (default: the ceiling)}",
     "rule": "how the rate moves: 'default', or 'aimd' / 'gradient' to compare (docs: design)",
 }
 
@@ -45,6 +47,35 @@ def _overload(value: Any) -> tuple[str, ...]:
         else:
             raise BadValue(f"must be exception classes or their names, got {short_repr(item)} in it")
     return tuple(names)
+
+
+#: The keys of an adaptive limit's ``in_flight``.
+IN_FLIGHT_KEYS = ("floor", "ceiling", "start")
+
+
+def _in_flight(value: Any) -> InFlight | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise BadValue(f"must be a dict of {', '.join(IN_FLIGHT_KEYS)}, {got(value, wrong_type=True)}")
+    unknown = [key for key in value if key not in IN_FLIGHT_KEYS]
+    if unknown:
+        raise BadValue(f"has an unknown key {unknown[0]!r}; its keys: {', '.join(IN_FLIGHT_KEYS)}")
+    for key in ("floor", "ceiling"):
+        if key not in value:
+            raise BadValue(f"has no {key!r} (calls at once, an int >= 1)")
+    bounds = {}
+    for key in IN_FLIGHT_KEYS:
+        try:
+            bounds[key] = check_count(value.get(key, value["ceiling"]))
+        except BadValue as bad:
+            raise BadValue(f"{key!r} {bad}") from None
+    floor, ceiling, start = bounds["floor"], bounds["ceiling"], bounds["start"]
+    if floor > ceiling:
+        raise BadValue(f"has a floor ({floor}) above its ceiling ({ceiling})")
+    if not floor <= start <= ceiling:
+        raise BadValue(f"has a start ({start}) outside its floor and ceiling ({floor} to {ceiling})")
+    return InFlight(floor, ceiling, start)
 
 
 def read_adaptive(name: str, value: Mapping[Any, Any], option: str, source: str) -> AdaptiveRate:
@@ -77,8 +108,9 @@ def read_adaptive(name: str, value: Mapping[Any, Any], option: str, source: str)
     overload = checked("overload", _overload, ())
     latency = checked("latency_target", lambda given: None if given is None else positive_seconds(given))
     rule = checked("rule", _rule, "default")
+    in_flight = checked("in_flight", _in_flight)
     if floor > ceiling:
         raise wrong(f"a floor ({floor:g}/s) above its ceiling ({ceiling:g}/s)")
     if not floor <= start <= ceiling:
         raise wrong(f"a start ({start:g}/s) outside its floor and ceiling ({floor:g}/s to {ceiling:g}/s)")
-    return AdaptiveRate(floor, ceiling, start, burst, overload, latency, rule)
+    return AdaptiveRate(floor, ceiling, start, burst, overload, latency, rule, in_flight)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .checks import BadValue, got
 from .keys import limit_keys, slot_key
@@ -20,6 +20,9 @@ from .leases import Client
 from .rates import MOST, Rate, parse_rate
 from .script_runner import ScriptRunner, package_script
 from .timing import to_ms, to_seconds
+
+if TYPE_CHECKING:
+    from .adaptive_in_flight import InFlight
 
 __all__ = [
     "ADAPT",
@@ -80,7 +83,7 @@ class AdaptiveRate:
     ``burst`` at once. ``overload``: names of exceptions that report an overload (a class's name
     or ``module.Name``, matched along the raised one's classes); ``latency_target``: seconds above
     which a success reports a slow call (None: latency is not looked at); ``rule``: one of
-    ``RULES``."""
+    ``RULES``; ``in_flight``: the bounds of its calls at once, adaptive too (None: not limited)."""
 
     floor: float
     ceiling: float
@@ -89,6 +92,7 @@ class AdaptiveRate:
     overload: tuple[str, ...] = ()
     latency_target: float | None = None
     rule: str = "default"
+    in_flight: InFlight | None = None
     #: Rate added by each success (calls a second) after the first overload, far from and near
     #: the last overload's rate (before it, slow start: one call a second a success).
     fast_growth: float = 0.1

@@ -9,7 +9,7 @@ from __future__ import annotations
 from .. import modes  # noqa: F401  (the modes register first: the counters keep one order everywhere)
 from ..engine.counting import add_counters
 from ..integration.mode import register_gate, registered_gates
-from . import fair_share, rate_limit, rate_reports, task_holds
+from . import fair_share, rate_in_flight, rate_limit, rate_reports, task_holds
 
 __all__ = ["registered_gates"]
 
@@ -20,3 +20,4 @@ register_gate(fair_share.GATE, first=True)
 register_gate(task_holds.GATE, before=rate_limit.GATE.name)
 # Counters added since go last: the order of those before is every worker's shared layout.
 add_counters(rate_reports.COUNTERS, f"the {rate_limit.GATE.name} gate")
+add_counters(rate_in_flight.COUNTERS, f"the {rate_limit.GATE.name} gate")

@@ -212,6 +212,23 @@ class LimitResolver:
             self._builders[cache_key] = builder
         return builder
 
+    def named_logs(
+        self, runtime: Runtime, task: Any, options: LockOptions, args: Any, kwargs: Mapping[str, Any]
+    ) -> list[tuple[str, str]]:
+        """``(name, log)`` of each named limit of a call of ``task`` with ``args`` and ``kwargs``
+        (a request other than the running one: a dead child's), no cost read, nothing asked of
+        Redis."""
+        prefix = runtime.settings.key_prefix
+        return [
+            (
+                name,
+                named_log(
+                    prefix, name, "" if spec is None else self._digest(runtime, task, spec, args, kwargs)
+                ),
+            )
+            for name, spec in options.value("rate_limits") or ()
+        ]
+
     def _digest(self, runtime: Runtime, task: Any, spec: Any, args: Any, kwargs: Mapping[str, Any]) -> str:
         # The digest alone, not the task's name: tasks naming one limit share its partitions.
         return self._builder(runtime, task, "rate_limits", spec).key(args, kwargs, task).rsplit(":", 1)[1]

@@ -64,6 +64,7 @@ from .rate_calls import (
     rate_key,
 )
 from .rate_explain import PAUSE_DECISION, RATE_DECISION
+from .rate_in_flight import held_flights, take_in_flight
 from .rate_inventory import LIMIT_SUFFIX, describe_limit_key, describe_rate_key, named_keys
 from .rate_postpone import COME_BACK_EARLY, drop_copy, postpone
 from .rate_reports import report_outcome, report_overload
@@ -207,13 +208,14 @@ class RateLimitGate:
             )
             if decision.allowed:
                 started(task, decision.now_ms)  # a postponed call: how late after its slot
-                return
+                break
             if decision.status == "started":
                 if finished(task):
                     drop_copy(task, execution, key, "it has run already")
-                # Its run started and has no result: its process may have died mid-run. The
-                # lock decides (a live holder re-queues it), its start is not counted again.
-                return
+                # Its run started and has no result: its process may have died mid-run, or it
+                # waited for an in-flight slot. The lock decides (a live holder re-queues it),
+                # its start is not counted again.
+                break
             if decision.status == "held":
                 drop_copy(task, execution, key, "another copy of it holds its slot")
             # Eager: nothing to re-queue. A wait the broker cannot carry is waited out here; a
@@ -222,6 +224,7 @@ class RateLimitGate:
             if (over or decision.wait > shortest_broker_wait(task.app)) and not request.is_eager:
                 postpone(task, execution.runtime, calls, decision, token, hop)
             time.sleep(decision.wait)
+        take_in_flight(task, execution, calls)  # admitted by its rates: now its calls at once
 
     def partition(self, task: AnyTask, execution: Execution) -> str:
         """The Redis key of the log of the running call's ``global_rate_limit`` partition."""
@@ -297,6 +300,14 @@ class RateLimitGate:
         )
         logger.debug("%s[%s] re-queued after the pause ending at %.3f (server time)", task.name, task_id, end)
         postpone(task, runtime, calls, decision, token, hop, paused=True)
+
+    def held_slots(
+        self, runtime: Runtime, task: Any, options: LockOptions, context: Any
+    ) -> list[tuple[str, str]]:
+        """``(key, name)`` of the in-flight slots a running call (its request's ``context``) took
+        by its execution's holder id, which the worker's parent gives back for a child that died
+        holding them (``parent_release``)."""
+        return held_flights(self.limits, runtime, task, options, context)
 
     def describe_key(
         self, runtime: Runtime, key: str, task_name: str, suffix: str, value: str | None

@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from ..config.options import LockOptions
+from ..engine.adaptive_in_flight import FlightChange, report_flight
 from ..engine.adaptive_rates import AdaptiveRate, RateChange, report_call
 from ..engine.counting import count
 from ..engine.leases import REDIS_ERRORS
@@ -20,12 +21,14 @@ from ..integration.runtime import Runtime
 from ..integration.tracing import lock_event
 from .rate_calls import CallLimits, LimitResolver, catalog_of
 
-__all__ = ["COUNTERS", "report_outcome", "report_overload"]
+__all__ = ["COUNTERS", "changed", "flight_changed", "report_outcome", "report_overload"]
 
 logger = logging.getLogger(__name__)
 
 COUNTERS = {
     "rate_adapted": "changes of an adaptive limit's rate (each logged at INFO with its reason)",
+    "in_flight_adapted": "changes of an adaptive limit's calls at once (``in_flight``; each logged at INFO "
+    "with its reason)",
 }
 
 
@@ -108,6 +111,12 @@ def _report(
 ) -> None:
     try:
         change = report_call(runtime.scripts, limit.key, limit.name, spec, kind, elapsed, reason)
+        # The same report moves its calls at once (one more script call, for such limits only).
+        flight = (
+            None
+            if spec.in_flight is None
+            else report_flight(runtime.scripts, limit.key, spec.in_flight, kind, elapsed, reason)
+        )
     except REDIS_ERRORS as exc:
         count("redis_errors", task=task.name)
         logger.warning(
@@ -120,6 +129,8 @@ def _report(
         return
     if change is not None:
         changed(task.name, limit, change)
+    if flight is not None:
+        flight_changed(task.name, limit, flight)
 
 
 def changed(task_name: str, limit: Limit, change: RateChange) -> None:
@@ -141,4 +152,26 @@ def changed(task_name: str, limit: Limit, change: RateChange) -> None:
         change.reason,
         old_rate=change.old,
         new_rate=change.new,
+    )
+
+
+def flight_changed(task_name: str, limit: Limit, change: FlightChange) -> None:
+    """Tell of a change of an adaptive limit's calls at once: log, count, span event."""
+    logger.info(
+        "Adaptive limit %s (%s): in flight %d -> %d at once (%s)",
+        limit.name,
+        limit.key,
+        change.old,
+        change.new,
+        change.reason,
+    )
+    count("in_flight_adapted", task=task_name)
+    lock_event(
+        "in_flight_adapted",
+        task_name,
+        limit.key,
+        limit.name,
+        change.reason,
+        old_in_flight=change.old,
+        new_in_flight=change.new,
     )

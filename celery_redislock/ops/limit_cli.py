@@ -11,6 +11,7 @@ from celery.bin.base import CeleryCommand, CeleryOption
 from celery.exceptions import CeleryCommandException
 from celery.platforms import EX_FAILURE
 
+from ..engine.adaptive_in_flight import FlightState
 from ..engine.rate_decisions import RateState
 from ..errors import RedisLockError
 from ..gates.rate_inventory import state_text
@@ -44,7 +45,11 @@ def _rates(rates: Any) -> str:
 def _bounds(info: LimitInfo) -> str:
     spec = info.adaptive
     assert spec is not None
-    return f"adaptive {spec.floor:g}/s to {spec.ceiling:g}/s, start {spec.start:g}/s"
+    text = f"adaptive {spec.floor:g}/s to {spec.ceiling:g}/s, start {spec.start:g}/s"
+    flight = spec.in_flight
+    if flight is not None:
+        text += f"; in flight {flight.floor} to {flight.ceiling} at once, start {flight.start}"
+    return text
 
 
 def _learnt(partition: PartitionInfo) -> str:
@@ -52,7 +57,18 @@ def _learnt(partition: PartitionInfo) -> str:
     state = partition.adaptive
     if state is None:
         return "at its start (no call has reported yet)"
-    return f"rate {state.rate:.3f}/s ({state.changes} change(s), the last: {printable(state.reason)}); "
+    return f"rate {state.rate:.3f}/s ({state.changes} change(s), the last: {printable(state.reason)}); {_flying(partition)}"
+
+
+def _flying(partition: PartitionInfo) -> str:
+    """An in-flight partition's calls at once now and its last change ("" for none reported)."""
+    flight = partition.flight
+    if flight is None:
+        return ""
+    return (
+        f"in flight {flight.limit} at once, {flight.running} running ({flight.changes} change(s), "
+        f"the last: {printable(flight.reason)}); "
+    )
 
 
 def _lines(info: LimitInfo) -> list[str]:
@@ -99,6 +115,13 @@ def _adaptive_json(info: LimitInfo) -> dict[str, Any]:
             "burst": spec.burst,
             "overload": list(spec.overload),
             "latency_target": spec.latency_target,
+            "in_flight": None
+            if spec.in_flight is None
+            else {
+                "floor": spec.in_flight.floor,
+                "ceiling": spec.in_flight.ceiling,
+                "start": spec.in_flight.start,
+            },
         }
     }
 
@@ -113,7 +136,20 @@ def _learnt_json(partition: PartitionInfo) -> dict[str, Any]:
             "reason": state.reason,
             "changed_at": state.changed_at,
             "changes": state.changes,
+            "in_flight": None if partition.flight is None else _flight_json(partition.flight),
         }
+    }
+
+
+def _flight_json(flight: FlightState) -> dict[str, Any]:
+    return {
+        "limit": flight.limit,
+        "running": flight.running,
+        "floor": flight.floor,
+        "ceiling": flight.ceiling,
+        "reason": flight.reason,
+        "changed_at": flight.changed_at,
+        "changes": flight.changes,
     }
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from celery import Celery
 
 from ..config.limits import NamedLimit, unknown_limit
+from ..engine.adaptive_in_flight import FlightState, flight_state
 from ..engine.adaptive_rates import AdaptiveRate, AdaptiveState, adaptive_key, adaptive_state
 from ..engine.rate_decisions import (
     PartitionChange,
@@ -58,6 +59,9 @@ class PartitionInfo:
     #: An adaptive limit's partition: its rate now, the reason of its last change (None: no
     #: call has reported yet, it decides by the start).
     adaptive: AdaptiveState | None = None
+    #: An adaptive limit's partition with ``in_flight``: its calls at once now, running, the
+    #: reason of its last change (None: no call has reported yet, it admits by the start).
+    flight: FlightState | None = None
 
     @property
     def state(self) -> RateState:
@@ -193,22 +197,25 @@ def show_limits(app: Celery, first: int = 0, most: int | None = None) -> list[Li
         rates = overrides.get(name) or limit.rates
         keys = partition_keys(runtime, name)
         shown = keys[first:] if most is None else keys[first : first + most]
-        own: list[tuple[tuple[Rate, ...], AdaptiveState | None]] = []
+        own: list[tuple[tuple[Rate, ...], AdaptiveState | None, FlightState | None]] = []
         for key in shown:
             # An adaptive partition decides by its own rate (one read each: a page of them).
             state = None if limit.adaptive is None else adaptive_state(client, key)
-            own.append((rates if state is None else (_adaptive_rate(state, limit.adaptive),), state))
+            flight = None
+            if limit.adaptive is not None and limit.adaptive.in_flight is not None:
+                flight = flight_state(client, key)
+            own.append((rates if state is None else (_adaptive_rate(state, limit.adaptive),), state, flight))
             asked += [(key, rate, place) for place, rate in enumerate(own[-1][0], 1)]
         listed.append((name, limit, rates, shown, own, len(keys)))
     states = iter(rate_states(runtime.scripts, asked))
     infos = []
     for name, limit, rates, shown, own, found in listed:
         partitions = []
-        for key, (by, learnt) in zip(shown, own):
+        for key, (by, learnt, flight) in zip(shown, own):
             read = [next(states) for _ in by]
             if all(state is not None for state in read):  # else its key holds something else
                 partitions.append(
-                    PartitionInfo(key, tuple(state for state in read if state is not None), learnt)
+                    PartitionInfo(key, tuple(state for state in read if state is not None), learnt, flight)
                 )
         overridden = name in overrides and limit.adaptive is None
         infos.append(

@@ -133,3 +133,28 @@ def test_a_change_of_an_adaptive_limit_is_a_span_event_with_its_rates_and_reason
         "redislock.old_rate": 10.0,
         "redislock.new_rate": 8.0,
     }
+
+
+def test_a_change_of_an_adaptive_limits_calls_in_flight_is_a_span_event_with_n_and_reason() -> None:
+    # Seen red with flight_changed not telling the span (no event).
+    from celery_redislock.engine.adaptive_in_flight import FlightChange
+    from celery_redislock.engine.rate_decisions import Limit
+    from celery_redislock.gates.rate_reports import flight_changed
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with provider.get_tracer(__name__).start_as_current_span("run/app.call"):
+        flight_changed(
+            "app.call", Limit("{redislock:limits}:partner", (), "partner"), FlightChange(8, 6, "429")
+        )
+    [span] = exporter.get_finished_spans()
+    [event] = span.events
+    assert event.name == "redislock.in_flight_adapted"
+    assert dict(event.attributes or {}) == {
+        "redislock.key": "{redislock:limits}:partner",
+        "redislock.holder": "partner",
+        "redislock.outcome": "429",
+        "redislock.old_in_flight": 8,
+        "redislock.new_in_flight": 6,
+    }

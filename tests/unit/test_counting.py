@@ -48,6 +48,8 @@ REPORTED = (
     "fair_healed",
     "held",
     "rate_adapted",
+    "in_flight_adapted",
+    "in_flight_waited",
 )
 
 
