@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from celery_redislock.contrib.testing.servers import free_port, free_ports
 
+from .page_text import unbroken
 from .postgres import PostgresServer, find_postgres_bin
 from .rabbitmq import RabbitMQServer, find_rabbitmq_server
 from .rates import GrantRecorder, contend, most_in_a_window, starts_per_period
@@ -42,4 +43,5 @@ __all__ = [
     "server_version",
     "starts_per_period",
     "tls_support",
+    "unbroken",
 ]

@@ -1,5 +1,5 @@
-"""A task's Redis calls in a prefork pool child, seen by a wrapper of ``Redis.execute_command``
-set on the class as OpenTelemetry's redis instrumentation sets its own: every call while it is
+"""A task's Redis calls in a prefork pool child, seen by wrappers of ``Redis.execute_command`` and
+``Pipeline.execute`` set on the classes as OpenTelemetry's redis instrumentation sets its own: every call while it is
 there, none once it is taken off (the held connection's direct path), every call again once it
 is back. The wrapper writes each call it sees to a file: its own calls would otherwise be seen.
 """
@@ -27,7 +27,22 @@ def traced(self, *args, **options):
     return original(self, *args, **options)
 
 
-redis.Redis.execute_command = traced  # as RedisInstrumentor().instrument() does, at start-up
+original_pipeline = redis.client.Pipeline.execute
+
+
+def traced_pipeline(self, *args, **options):
+    with open(SEEN, "a") as seen:
+        for command in self.command_stack:
+            called = command.args if hasattr(command, "args") else command[0]
+            keys = " ".join(str(arg) for arg in called[1:5] if str(arg).startswith("redislock:"))
+            seen.write(f"{{os.getpid()}} {{called[0]}} {{keys}}\\n")
+    return original_pipeline(self, *args, **options)
+
+
+# As RedisInstrumentor().instrument() does, at start-up: commands, and pipelines (the lock's
+# SET NX goes in one with the call's record while execute_command is wrapped).
+redis.Redis.execute_command = traced
+redis.client.Pipeline.execute = traced_pipeline
 
 
 @app.task(base=SingletonTask, bind=True, name="instrumented.locked")
@@ -38,6 +53,7 @@ def locked(self, n):
 @app.task(name="instrumented.instrument")
 def instrument(on):
     redis.Redis.execute_command = traced if on else original
+    redis.client.Pipeline.execute = traced_pipeline if on else original_pipeline
     return os.getpid()
 """
 

@@ -26,7 +26,7 @@ from celery_redislock.engine.keys import format_key
 from celery_redislock.integration.runtime import runtime_for
 from celery_redislock.ops.web import create_app, parse_auth
 from celery_redislock.ops.web.history import ALL_TASKS
-from tests.harness import module_env
+from tests.harness import module_env, unbroken
 
 from .conftest import poll
 from .web_harness import answers, page_server_fixture  # noqa: F401 (the page_server fixture)
@@ -75,11 +75,6 @@ def held(locks: redis.Redis) -> dict[str, str]:
 def text(response: Any) -> str:
     """The page's HTML, each key and id joined back from the parts it may wrap between."""
     return unbroken(str(response.get_data(as_text=True)))
-
-
-def unbroken(html: str) -> str:
-    """``html`` without the markup that lets a key or an id wrap at its separators only."""
-    return re.sub(r'<span class="seg">([^<]*)</span>', r"\1", html).replace("<wbr>", "")
 
 
 def csrf_of(page: str) -> str:
