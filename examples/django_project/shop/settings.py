@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import django
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-project-not-a-secret")
@@ -58,7 +60,12 @@ def database(url: str) -> dict[str, Any]:
     parts = urlsplit(url)
     if parts.scheme == "sqlite":
         # A worker and the web process write at once: wait for SQLite's lock, not fail at once.
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": parts.path, "OPTIONS": {"timeout": 20}}
+        options: dict[str, Any] = {"timeout": 20}
+        if django.VERSION >= (5, 1):
+            # A transaction that reads first takes the write lock at its start: SQLite answers a
+            # read lock's upgrade with "database is locked" at once, whatever the timeout.
+            options["transaction_mode"] = "IMMEDIATE"
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": parts.path, "OPTIONS": options}
     if parts.scheme in ("postgres", "postgresql"):
         return {
             "ENGINE": "django.db.backends.postgresql",
