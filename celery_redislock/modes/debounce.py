@@ -56,8 +56,6 @@ __all__ = [
     "debounce_call",
     "debounce_keys",
     "debounce_run",
-    "debounce_schedule",
-    "debounce_turn",
     "debounced_id",
 ]
 
@@ -156,7 +154,7 @@ class DebounceMode(PlainMode):
         burst_ms = queued_ms + most_ms
         try:
             noted = runtime.noted(task_id, DEBOUNCE_DECISION, key, "sent")
-            delay_ms, now_ms = debounce_schedule(
+            delay_ms, now_ms = debounce_call(
                 runtime.scripts, key, task_id, debounce_ms, most_ms, ttl_ms, burst_ms, noted
             )
         except REDIS_ERRORS as exc:
@@ -178,7 +176,7 @@ class DebounceMode(PlainMode):
         super().before_acquire(task, execution)
         runtime, task_id = execution.runtime, execution.task_id
         noted = runtime.noted(task_id, DEBOUNCE_DECISION, execution.key, "due")
-        latest, now_ms = debounce_turn(runtime.scripts, execution.key, task_id, noted)
+        latest, now_ms = debounce_run(runtime.scripts, execution.key, task_id, noted)
         if latest is True:
             started(task, now_ms)  # the burst's latest: how late after the debounce's end
         if latest is False:
@@ -256,39 +254,22 @@ def debounce_call(
     ttl_ms: int,
     burst_ttl_ms: int,
     record: Record | None = None,
-) -> int:
-    """Record ``task_id`` as the latest call of ``key``'s burst; the delay (ms) to send it with.
-    ``ttl_ms``: how long the call may take to come due; ``burst_ttl_ms``: the burst's run to start.
-    ``record``: the delay kept in the call's record of decisions too."""
-    return debounce_schedule(scripts, key, task_id, delay_ms, max_ms, ttl_ms, burst_ttl_ms, record)[0]
-
-
-def debounce_schedule(
-    scripts: ScriptRunner,
-    key: str,
-    task_id: str,
-    delay_ms: int,
-    max_ms: int,
-    ttl_ms: int,
-    burst_ttl_ms: int,
-    record: Record | None = None,
 ) -> tuple[int, int]:
-    """``debounce_call``, with the server's time (ms) the delay counts from."""
+    """Record ``task_id`` as the latest call of ``key``'s burst: the delay (ms) to send it with,
+    and the server's time (ms) it counts from. ``ttl_ms``: how long the call may take to come
+    due; ``burst_ttl_ms``: the burst's run to start. ``record``: the delay kept in the call's
+    record of decisions too."""
     args = [task_id, str(delay_ms), str(max_ms), ttl_arg(ttl_ms), ttl_arg(burst_ttl_ms)]
     delay, now = run_recorded(scripts, DEBOUNCE_CALL, debounce_keys(key), args, record)
     return int(delay), int(now)
 
 
-def debounce_run(scripts: ScriptRunner, key: str, task_id: str, record: Record | None = None) -> str | bool:
-    """``task_id`` came due: True, it runs (its burst's latest); False, it runs (nothing is
-    recorded for its key); else the task id that superseded it."""
-    return debounce_turn(scripts, key, task_id, record)[0]
-
-
-def debounce_turn(
+def debounce_run(
     scripts: ScriptRunner, key: str, task_id: str, record: Record | None = None
 ) -> tuple[str | bool, int]:
-    """``debounce_run``, with the server's time (ms) it was decided at."""
+    """``task_id`` came due: True, it runs (its burst's latest); False, it runs (nothing is
+    recorded for its key); else the task id that superseded it. With the server's time (ms) it
+    was decided at."""
     reply, now = run_recorded(scripts, DEBOUNCE_RUN, debounce_keys(key), [task_id], record)
     return (reply == 1 if isinstance(reply, int) else as_text(reply)), int(now)
 

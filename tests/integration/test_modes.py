@@ -68,14 +68,14 @@ def test_a_burst_s_keys_last_until_its_last_call_comes_due_in_any_order(client: 
     modes = ScriptRunner(client)
     for call in ("a", "b", "c"):
         debounce.debounce_call(modes, KEY, call, 1_000, 0, 3_600_000, 3_600_000)
-    assert debounce.debounce_run(modes, KEY, "c") is True  # the latest runs first...
+    assert debounce.debounce_run(modes, KEY, "c")[0] is True  # the latest runs first...
     # ...and a superseded call due before it but taken late (a busy worker) is still skipped.
-    assert debounce.debounce_run(modes, KEY, "a") == "c"
+    assert debounce.debounce_run(modes, KEY, "a")[0] == "c"
     assert client.exists(*debounce.debounce_keys(KEY)) == 2  # "b" is still queued
-    assert debounce.debounce_run(modes, KEY, "b") == "c"
+    assert debounce.debounce_run(modes, KEY, "b")[0] == "c"
     assert client.exists(*debounce.debounce_keys(KEY)) == 0  # the last call out deleted them
     # A copy of a call the broker gives out again finds nothing recorded (the task decides).
-    assert debounce.debounce_run(modes, KEY, "a") is False
+    assert debounce.debounce_run(modes, KEY, "a")[0] is False
 
 
 def test_a_call_with_a_longer_countdown_keeps_its_burst_s_record_as_long(client: redis.Redis) -> None:

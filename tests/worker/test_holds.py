@@ -31,6 +31,7 @@ from tests.harness import counting_client
 
 from .conftest import restore_visible
 from .mode_harness import Deployment, ModeTask, node
+from .test_put_off_copies import KILL  # SIGKILL itself at a copy's publish or confirm (kill_at)
 from .test_web import csrf_of
 
 BODY = """
@@ -245,39 +246,6 @@ def test_the_page_holds_and_lifts_with_allow_holds_only(deployment: Deployment, 
     assert "Lifted the hold of holds.page tenant=acme" in lifted and 'id="no-holds"' in lifted
     assert acme.get(timeout=30) == 1
     assert ran(coord, "acme") == [1]
-
-
-#: The doomed worker's module: SIGKILL itself once a held call's copy is published (Celery's
-#: retry() returned, the running message not acknowledged yet), or once the copy is confirmed,
-#: as ``kill_at`` in the coordination database says (the windows of ``test_put_off_copies``).
-KILL = """
-import os
-import signal
-
-from celery.app.task import Task
-import celery_redislock.waits.put_off as put_off_module
-
-publish = Task.retry
-confirm = put_off_module.confirm
-
-
-def published(self, *args, **kwargs):
-    sent = publish(self, *args, **kwargs)
-    if coord.get("kill_at") == b"published":
-        os.kill(os.getpid(), signal.SIGKILL)
-    return sent
-
-
-def confirmed(*args, **kwargs):
-    done = confirm(*args, **kwargs)
-    if coord.get("kill_at") == b"confirmed":
-        os.kill(os.getpid(), signal.SIGKILL)
-    return done
-
-
-Task.retry = published
-put_off_module.confirm = confirmed
-"""
 
 
 @pytest.mark.parametrize("kill_at", ["published", "confirmed"])
