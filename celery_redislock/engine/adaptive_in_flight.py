@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .adaptive_rates import KINDS, adaptive_key
+from .adaptive_rates import KINDS, InFlight, adaptive_key
 from .keys import slot_key
 from .leases import Client
 from .script_runner import ScriptRunner, package_script
@@ -39,19 +39,6 @@ def in_flight_key(log: str) -> str:
     """The holders (a semaphore's sorted set) of the in-flight limit of the partition logged at
     ``log``, in its slot."""
     return slot_key(log, "in_flight")
-
-
-@dataclass(frozen=True)
-class InFlight:
-    """An adaptive in-flight limit's bounds: N starts at ``start`` and moves between ``floor`` and
-    ``ceiling`` calls at once; an overload cuts it by ``cut`` (at least one slot), each window of
-    N successes adds ``growth`` slots."""
-
-    floor: int
-    ceiling: int
-    start: int
-    cut: float = 0.75
-    growth: float = 0.25
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .checks import BadValue, got
 from .keys import limit_keys, slot_key
@@ -21,15 +21,13 @@ from .rates import MOST, Rate, parse_rate
 from .script_runner import ScriptRunner, package_script
 from .timing import to_ms, to_seconds
 
-if TYPE_CHECKING:
-    from .adaptive_in_flight import InFlight
-
 __all__ = [
     "ADAPT",
     "KINDS",
     "RULES",
     "AdaptiveRate",
     "AdaptiveState",
+    "InFlight",
     "RateChange",
     "adaptive_key",
     "adaptive_state",
@@ -48,6 +46,19 @@ RULES = ("default", "aimd", "gradient")
 
 #: The slowest rate the wire form holds: one call an hour.
 SLOWEST = 1 / 3600
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """An adaptive in-flight limit's bounds: N starts at ``start`` and moves between ``floor`` and
+    ``ceiling`` calls at once; an overload cuts it by ``cut`` (at least one slot), each window of
+    N successes adds ``growth`` slots."""
+
+    floor: int
+    ceiling: int
+    start: int
+    cut: float = 0.75
+    growth: float = 0.25
 
 
 def adaptive_key(log: str) -> str:
